@@ -1,0 +1,132 @@
+// The op set every model is written against. The CPU backend is the readable reference;
+// others must give the same results within the tolerances the parity tests set.
+//
+// Conventions: activations are f32, row-major, [rows, cols] with a row stride (Tensor::stride[0])
+// so column ranges of a wider buffer can be passed as views. Weights are Weight (any float
+// storage dtype, optionally block-scaled). Every op must compute each output element from its own
+// inputs in a fixed order, independent of the batch it arrived in: this is what makes a
+// sequence's logits bit-identical alone and in a batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hibana {
+
+// A weight matrix [rows = out features, cols = in features] in its storage dtype. For fp8
+// checkpoints `scale` holds one f32 multiplier per (block_rows x block_cols) block.
+struct Weight {
+  Tensor w;
+  Tensor scale;  // empty when the weight carries no scales
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+
+  int64_t rows() const { return w.shape[0]; }
+  int64_t cols() const { return w.shape[1]; }
+  bool empty() const { return w.empty(); }
+  size_t nbytes() const { return w.nbytes() + (scale.empty() ? 0 : scale.nbytes()); }
+};
+
+// How the Gated DeltaNet recurrence is evaluated for multi-token passes.
+enum class GdnMode {
+  // 64-token chunks aligned to absolute positions use the chunked (matrix) form when a pass
+  // covers them whole; other tokens use the recurrent form. Results do not depend on how a
+  // prompt is split as long as splits fall on multiples of 64.
+  aligned_chunks,
+  // Every token uses the recurrent form: results are bit-identical for any split of the
+  // tokens into passes (what exact speculation needs).
+  recurrent,
+};
+
+// Where the tokens of a ragged batch come from and where their state lives. All int32 tensors
+// live on the backend's device. Built once per forward pass and shared by every layer.
+struct BatchLayout {
+  int64_t num_tokens = 0;
+  int64_t num_seqs = 0;
+  int64_t page_size = 0;
+  int64_t max_pages = 0;
+  Tensor positions;      // [T] absolute position of each token
+  Tensor token_seq;      // [T] index of the token's sequence
+  Tensor seq_start;      // [S + 1] first token of each sequence; seq_start[S] = T
+  Tensor page_table;     // [S, max_pages] pages holding positions [0, pos0 + n) of each sequence
+  Tensor kv_slot;        // [T] page * page_size + offset that receives the token's K and V
+  Tensor state_slot;     // [S] recurrent slot of each sequence (-1 when the model has none)
+  Tensor snapshot_slot;  // [T] slot that receives the recurrent state after the token, or -1
+  GdnMode gdn_mode = GdnMode::aligned_chunks;
+};
+
+// Per-expert weights of an MoE block: gate/up/down of expert e are gate[e], up[e], down[e].
+struct ExpertWeights {
+  std::vector<Weight> gate, up, down;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // out[t] = table[ids[t]] (any float dtype, converted to f32).
+  virtual void embedding(const Weight& table, const Tensor& ids, Tensor out) = 0;
+  // RMSNorm over groups of G = weight.numel() consecutive values of each row of x [R, D]
+  // (G divides D; G = D normalises whole rows, G = head_dim normalises each head):
+  // y = x * rsqrt(mean(x^2) + eps) * w, or * (1 + w) when zero_centred. x and out may alias.
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, bool zero_centred,
+                       Tensor out) = 0;
+  // out = x · wᵀ (x [R, K], w [N, K], out [R, N]); out may be a column range of a wider buffer.
+  virtual void matmul(const Tensor& x, const Weight& w, Tensor out) = 0;
+  // out[:, j] = x[:, index[j]].
+  virtual void gather_columns(const Tensor& x, const Tensor& index, Tensor out) = 0;
+  // Rotary embedding (rotate-half / neox) of the first rot_dim dims of every head, in place.
+  // x is [T, heads * head_dim].
+  virtual void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
+                    const BatchLayout& layout) = 0;
+  virtual void add(Tensor x, const Tensor& y) = 0;          // x += y
+  virtual void mul_sigmoid(Tensor x, const Tensor& g) = 0;  // x *= sigmoid(g), same shapes
+  // x += sigmoid(g[:, 0]) * y with g [R, 1] (the shared-expert gate).
+  virtual void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) = 0;
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+
+  // Attention over paged KV. Pages are [num_pages, kv_heads, page_size, head_dim].
+  virtual void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
+                        const BatchLayout& layout) = 0;
+  // Causal GQA attention of every token over positions [0, its own]; q and out [T, heads*hd].
+  virtual void attention(const Tensor& q, int64_t heads, const Tensor& k_pages,
+                         const Tensor& v_pages, float scale, const BatchLayout& layout,
+                         Tensor out) = 0;
+
+  // Gated DeltaNet. conv: causal depthwise conv1d + SiLU over x [T, C] with kernel w [C, K],
+  // carrying the last K-1 inputs per sequence in conv_states [slots, C, K-1].
+  virtual void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states,
+                        const BatchLayout& layout, Tensor out) = 0;
+  struct GdnShape {
+    int64_t key_heads, value_heads, key_dim, value_dim;
+  };
+  // qkv [T, 2*nk*dk + nv*dv] (conv output: all q heads, all k heads, all v heads), b and a
+  // [T, nv]; A_log, dt_bias [nv] f32. States [slots, nv, dk, dv] f32. out [T, nv*dv].
+  virtual void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a,
+                              const Tensor& A_log, const Tensor& dt_bias, const GdnShape& shape,
+                              Tensor states, const BatchLayout& layout, Tensor out) = 0;
+  // out = rmsnorm(x) * w * silu(z) over groups of G = w.numel() values (the GDN output gate,
+  // one group per value head).
+  virtual void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
+                             Tensor out) = 0;
+
+  // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation.
+  virtual void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
+                         Tensor weights) = 0;
+  // out[t] = sum_j weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t, j].
+  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const ExpertWeights& experts, Tensor out) = 0;
+
+  // Copies a recurrent slot (conv window and delta state) of one layer: dst <- src.
+  virtual void copy_slot(Tensor states, int64_t src, int64_t dst) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace hibana

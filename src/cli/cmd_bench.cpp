@@ -1,0 +1,174 @@
+// hibana bench decode|prefill: speed at given shapes, as tokens/s and as a fraction of the
+// memory roofline (bytes a step must read / measured copy bandwidth).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+
+namespace hibana::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Host memory bandwidth, counting bytes read + written by a parallel memcpy of 512 MiB.
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t(512) << 20;
+  Buffer a(bytes), b(bytes);
+  std::memset(a.data(), 1, bytes);
+  std::memset(b.data(), 2, bytes);
+  ThreadPool& pool = default_thread_pool();
+  const int64_t parts = pool.size() * 4;
+  auto copy = [&] {
+    pool.parallel_for(parts, [&](int64_t i) {
+      size_t chunk = bytes / parts;
+      std::memcpy(static_cast<char*>(b.data()) + i * chunk, static_cast<char*>(a.data()) + i * chunk,
+                  chunk);
+    });
+  };
+  copy();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    copy();
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * bytes / best;
+}
+
+struct BenchArgs {
+  ModelArgs model;
+  std::string batches = "1";
+  int64_t context = 1024;
+  int64_t steps = 8;
+  int64_t prompt = 512;
+};
+
+// Weight bytes one decode step of `batch` tokens reads: every dense matrix once, the expected
+// number of distinct experts under uniform routing, the embedding rows and the lm_head.
+double weight_bytes_per_step(const Model& m, int64_t batch) {
+  const ModelConfig& c = m.config();
+  double per_token_experts = 0.0, dense = static_cast<double>(m.bytes_per_token());
+  for (const LayerWeights& l : m.weights().layers) {
+    if (l.ffn != FfnKind::moe || l.moe.experts.gate.empty()) continue;
+    const double one = static_cast<double>(l.moe.experts.gate[0].nbytes() +
+                                           l.moe.experts.up[0].nbytes() +
+                                           l.moe.experts.down[0].nbytes());
+    const double k = static_cast<double>(c.experts_per_token), E = static_cast<double>(c.num_experts);
+    dense -= k * one;
+    per_token_experts += one * E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+  }
+  const double embed_row = static_cast<double>(m.weights().embed.nbytes()) / c.vocab_size;
+  return dense + per_token_experts + embed_row * (batch - 1);
+}
+
+int run_decode(const BenchArgs& a) {
+  std::unique_ptr<Model> model = a.model.load();
+  std::vector<int32_t> batches = parse_id_list(a.batches);
+  const double bw = measure_copy_bandwidth();
+  const StateSpec spec = model->state_spec();
+  std::printf("model: %s on %s (%d threads)\n", model->source().c_str(),
+              model->backend().name().c_str(), default_thread_pool().size());
+  std::printf("measured copy bandwidth: %.2f GB/s (read + write)\n", bw / 1e9);
+  std::printf("%6s %8s %12s %14s %12s %10s\n", "batch", "context", "tokens/s", "ms/step",
+              "GB/step", "roofline");
+  for (int32_t batch : batches) {
+    check(batch > 0, ErrorKind::invalid_argument, "batch sizes must be positive");
+    const int64_t positions = a.context + a.steps + 2;
+    StatePool pool = make_pool_for(*model, positions, batch);
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    for (int32_t i = 0; i < batch; ++i) {
+      seqs.push_back(std::make_unique<SequenceState>(pool));
+      seqs.back()->reserve(positions);
+    }
+    std::vector<int32_t> tokens(batch);
+    for (int32_t i = 0; i < batch; ++i) tokens[i] = (17 * i + 3) % static_cast<int32_t>(model->config().vocab_size);
+    ForwardOutput out;
+    auto step = [&](int64_t pos) {
+      std::vector<SequenceInput> in(batch);
+      for (int32_t i = 0; i < batch; ++i) {
+        in[i].tokens = std::span<const int32_t>(&tokens[i], 1);
+        in[i].start_pos = pos;
+        in[i].pages = seqs[i]->pages();
+        in[i].slot = seqs[i]->slot();
+      }
+      model->forward(in, pool.views(), ForwardOptions{}, out);
+    };
+    step(a.context);  // warm-up
+    auto t0 = Clock::now();
+    for (int64_t s = 0; s < a.steps; ++s) step(a.context + 1 + s);
+    const double per_step = seconds_since(t0) / static_cast<double>(a.steps);
+    const double bytes = weight_bytes_per_step(*model, batch) +
+                         static_cast<double>(batch) *
+                             (static_cast<double>(spec.kv_bytes_per_token()) * a.context +
+                              2.0 * static_cast<double>(spec.recurrent_bytes_per_slot()));
+    // The roofline counts reads only; bandwidth was measured as read + write traffic.
+    const double roofline = (bytes / per_step) / bw;
+    std::printf("%6d %8lld %12.1f %14.3f %12.4f %9.1f%%\n", batch,
+                static_cast<long long>(a.context), batch / per_step, per_step * 1e3, bytes / 1e9,
+                100.0 * roofline);
+  }
+  return 0;
+}
+
+int run_prefill(const BenchArgs& a) {
+  std::unique_ptr<Model> model = a.model.load();
+  const int64_t n = a.prompt;
+  check(n > 0, ErrorKind::invalid_argument, "--prompt-tokens must be positive");
+  StatePool pool = make_pool_for(*model, n);
+  std::vector<int32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((31 * i + 7) % model->config().vocab_size);
+  auto once = [&] {
+    SequenceState seq(pool);
+    seq.reserve(n);
+    SequenceInput in;
+    in.tokens = tokens;
+    in.pages = seq.pages();
+    in.slot = seq.slot();
+    ForwardOutput out;
+    auto t0 = Clock::now();
+    model->forward(std::span<const SequenceInput>(&in, 1), pool.views(), ForwardOptions{}, out);
+    return seconds_since(t0);
+  };
+  once();
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) best = std::min(best, once());
+  const double flops = 2.0 * static_cast<double>(model->parameter_count()) * n;
+  std::printf("model: %s on %s (%d threads)\n", model->source().c_str(),
+              model->backend().name().c_str(), default_thread_pool().size());
+  std::printf("prefill %lld tokens: %.1f tokens/s (%.3f s), %.1f GFLOP/s in matmuls (2 x params x tokens)\n",
+              static_cast<long long>(n), n / best, best, flops / best / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  CLI::App* bench = app.add_subcommand("bench", "measure speed");
+  bench->require_subcommand(1);
+  auto d = std::make_shared<BenchArgs>();
+  CLI::App* dec = bench->add_subcommand("decode", "decode tokens/s per batch size");
+  d->model.add_to(*dec);
+  dec->add_option("--batch", d->batches, "batch sizes, e.g. 1,8,32,64");
+  dec->add_option("--context", d->context, "tokens already in each sequence (default 1024)");
+  dec->add_option("--steps", d->steps, "timed decode steps (default 8)");
+  dec->callback([&action, d] { action = [d] { return run_decode(*d); }; });
+  auto p = std::make_shared<BenchArgs>();
+  CLI::App* pre = bench->add_subcommand("prefill", "prefill tokens/s for one prompt");
+  p->model.add_to(*pre);
+  pre->add_option("--prompt-tokens", p->prompt, "prompt length (default 512)");
+  pre->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
+}
+
+}  // namespace hibana::cli

@@ -1,0 +1,102 @@
+// hibana run: complete one prompt and stream the result.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/generator.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hibana::cli {
+
+namespace {
+struct RunArgs {
+  ModelArgs model;
+  std::string prompt;
+  std::string prompt_ids;
+  int64_t n = 128;
+  SamplingParams sampling;
+  bool print_ids = false;
+  bool ignore_eos = false;
+  bool exact = false;
+};
+}  // namespace
+
+void add_run_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "complete a prompt and stream the result");
+  args->model.add_to(*cmd);
+  auto* p = cmd->add_option("--prompt", args->prompt, "prompt text");
+  auto* pi = cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as token ids: 1,2,3");
+  p->excludes(pi);
+  cmd->add_option("-n,--max-tokens", args->n, "tokens to generate (default 128)");
+  cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy (default)");
+  cmd->add_option("--top-k", args->sampling.top_k, "keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", args->sampling.top_p, "nucleus sampling mass (1 = off)");
+  cmd->add_option("--min-p", args->sampling.min_p, "drop tokens below min_p x the top one");
+  cmd->add_option("--repetition-penalty", args->sampling.repetition_penalty, "1 = off");
+  cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "0 = off");
+  cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "0 = off");
+  cmd->add_option("--seed", args->sampling.seed, "sampling seed");
+  cmd->add_flag("--print-ids", args->print_ids, "print token ids instead of text");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "keep going after an end-of-sequence token");
+  cmd->add_flag("--exact", args->exact,
+                "recurrent form for every DeltaNet token (bit-identical for any chunking)");
+  cmd->callback([&action, args] {
+    action = [args]() -> int {
+      const RunArgs& a = *args;
+      if (a.prompt.empty() && a.prompt_ids.empty()) {
+        throw Error(ErrorKind::invalid_argument, "give --prompt TEXT or --prompt-ids 1,2,3");
+      }
+      check(a.n >= 0, ErrorKind::invalid_argument, "-n must be >= 0");
+      a.sampling.validate();
+      std::unique_ptr<Model> model = a.model.load();
+      std::unique_ptr<Tokenizer> tok;
+      std::vector<int32_t> prompt;
+      if (!a.prompt_ids.empty()) {
+        prompt = parse_id_list(a.prompt_ids);
+      } else {
+        tok = Tokenizer::load(model->source());
+        prompt = tok->encode(a.prompt);
+      }
+      if (!a.print_ids && !tok && model->source().rfind("dummy:", 0) != 0) {
+        try {
+          tok = Tokenizer::load(model->source());
+        } catch (const Error& e) {
+          log_warn("no tokenizer (", e.what(), "); printing ids");
+        }
+      }
+      const bool ids = a.print_ids || !tok;
+      GenerateOptions go;
+      go.max_new_tokens = a.n;
+      go.sampling = a.sampling;
+      go.stop_at_eos = !a.ignore_eos;
+      go.gdn_mode = a.exact ? GdnMode::recurrent : GdnMode::aligned_chunks;
+      StatePool pool = make_pool_for(*model, static_cast<int64_t>(prompt.size()) + a.n + 1);
+      std::unique_ptr<StreamDecoder> dec;
+      if (!ids) dec = std::make_unique<StreamDecoder>(*tok);
+      bool first = true;
+      generate(*model, pool, prompt, go, [&](int32_t t) {
+        if (ids) {
+          std::printf(first ? "%d" : " %d", t);
+        } else {
+          std::string piece = dec->push(t);
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+        }
+        first = false;
+        std::fflush(stdout);
+        return true;
+      });
+      if (dec) {
+        std::string rest = dec->flush();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+      }
+      std::printf("\n");
+      return 0;
+    };
+  });
+}
+
+}  // namespace hibana::cli

@@ -1,0 +1,83 @@
+#include "cli/model_args.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hibana::cli {
+
+void ModelArgs::add_to(CLI::App& cmd) {
+  cmd.add_option("-m,--model", model,
+                 "model directory or Hugging Face ORG/NAME (default: the embedded model)");
+  cmd.add_option("--load-format", load_format, "auto (read the checkpoint) or dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  cmd.add_option("--config", config, "config.json giving the shapes for --load-format dummy");
+  cmd.add_option("--dtype", dtype, "dtype of dummy weights: bf16, f16, f32 or fp8");
+  cmd.add_option("--seed-weights", seed, "seed of dummy weights");
+  cmd.add_flag("--no-mtp", no_mtp, "do not load the multi-token-prediction head");
+}
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("HIBANA_DEFAULT_MODEL"); env && *env) return env;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "../models/hibana-tiny");
+    candidates.push_back(exe.parent_path() / "../share/hibana/models/hibana-tiny");
+  }
+  candidates.push_back(fs::path(HIBANA_SOURCE_DIR) / "models/hibana-tiny");
+  for (const auto& c : candidates) {
+    if (fs::exists(c / "config.json", ec)) return fs::weakly_canonical(c, ec).string();
+  }
+  throw Error(ErrorKind::not_found,
+              "no --model given and the embedded default model (models/hibana-tiny) is missing");
+}
+
+std::unique_ptr<Model> ModelArgs::load() const {
+  std::shared_ptr<Backend> backend = make_cpu_backend();
+  if (load_format == "dummy") {
+    if (config.empty()) {
+      throw Error(ErrorKind::invalid_argument, "--load-format dummy needs --config CONFIG.json");
+    }
+    auto dt = dtype_from_name(dtype);
+    if (!dt) throw Error(ErrorKind::invalid_argument, "unknown --dtype '" + dtype + "'");
+    return Model::dummy(config, *dt, backend, seed);
+  }
+  LoadOptions opts;
+  opts.load_mtp = !no_mtp;
+  std::string path = model.empty() ? default_model_dir() : model;
+  log_debug("loading ", path, " on ", backend->name());
+  return Model::load(path, backend, opts);
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  auto flush = [&] {
+    if (cur.empty()) return;
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(cur.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v < 0 || v > INT32_MAX) {
+      throw Error(ErrorKind::invalid_argument, "'" + cur + "' is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+    cur.clear();
+  };
+  for (char ch : text) {
+    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t') {
+      flush();
+    } else {
+      cur.push_back(ch);
+    }
+  }
+  flush();
+  if (ids.empty()) throw Error(ErrorKind::invalid_argument, "no token ids given");
+  return ids;
+}
+
+}  // namespace hibana::cli

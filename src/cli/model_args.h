@@ -1,0 +1,32 @@
+// The options every command that loads a model shares: --model, --load-format dummy --config,
+// --dtype, --threads.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace hibana::cli {
+
+struct ModelArgs {
+  std::string model;
+  std::string load_format = "auto";
+  std::string config;
+  std::string dtype = "bf16";
+  uint64_t seed = 1;
+  bool no_mtp = false;
+
+  void add_to(CLI::App& cmd);
+  // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.
+  std::unique_ptr<Model> load() const;
+};
+
+// The directory of the model `hibana` uses when no --model is given.
+std::string default_model_dir();
+
+// "1,2,3" or "1 2 3" -> ids; throws Error(invalid_argument) on anything else.
+std::vector<int32_t> parse_id_list(const std::string& text);
+
+}  // namespace hibana::cli

@@ -1,0 +1,33 @@
+// Runs one sequence from prompt to completion: chunked prefill, then token-by-token decode.
+// The scheduler (many sequences, one batch per step) builds on the same Model::forward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "state/state_pool.h"
+
+namespace hibana {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+  int64_t prefill_chunk = 512;  // rounded down to a multiple of the page size
+  GdnMode gdn_mode = GdnMode::aligned_chunks;
+};
+
+// Calls on_token for each new token; returning false stops generation. Returns the tokens.
+std::vector<int32_t> generate(const Model& model, StatePool& pool, std::span<const int32_t> prompt,
+                              const GenerateOptions& options,
+                              const std::function<bool(int32_t)>& on_token = {});
+
+// A pool sized for one sequence of up to max_positions tokens (plus snapshot slots).
+StatePool make_pool_for(const Model& model, int64_t max_positions, int64_t sequences = 1,
+                        int64_t page_size = 64);
+
+}  // namespace hibana

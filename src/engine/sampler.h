@@ -1,0 +1,49 @@
+// Turns a logits row into a token: penalties, temperature, top-k, top-p, min-p, then a draw
+// from a generator seeded per request, so the same seed gives the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace hibana {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;  // > 1 discourages tokens already in prompt or output
+  float presence_penalty = 0.0f;    // OpenAI-style, over generated tokens
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  // Throws Error(invalid_argument) naming the first bad value.
+  void validate() const;
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // `context` holds the prompt (for the repetition penalty); generated tokens are tracked by
+  // accept().
+  void set_prompt(std::span<const int32_t> prompt);
+  int32_t sample(const float* logits, int64_t vocab);
+  void accept(int32_t token);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  double uniform();
+  SamplingParams params_;
+  uint64_t rng_;
+  std::unordered_map<int32_t, int32_t> generated_;  // token -> count
+  std::vector<int32_t> seen_;                       // distinct prompt + generated tokens
+  std::vector<uint8_t> seen_mask_;
+  std::vector<float> work_;
+};
+
+// Index of the largest value (the lowest index among equals).
+int32_t argmax(const float* v, int64_t n);
+
+}  // namespace hibana

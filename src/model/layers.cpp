@@ -1,0 +1,133 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hibana::layers {
+
+namespace {
+OwnedTensor scratch(int64_t rows, int64_t cols) { return make_tensor(DType::f32, {rows, cols}); }
+
+// Columns [begin, begin + width) of a [rows, cols] f32 tensor, as a strided view.
+Tensor columns(const Tensor& t, int64_t begin, int64_t width) {
+  Tensor v = t;
+  v.data = t.ptr<float>() + begin;
+  v.shape[1] = width;
+  return v;
+}
+}  // namespace
+
+void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, const Tensor& xn,
+               const BatchLayout& layout, const StateViews& state, int64_t state_index,
+               Tensor out) {
+  const int64_t T = xn.shape[0], nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
+  OwnedTensor qbuf, k = scratch(T, nkv * hd), v = scratch(T, nkv * hd);
+  Tensor q, gate;
+  if (c.attention_output_gate) {
+    // q_proj yields [q_h | gate_h] per head; regroup as [all q | all gates].
+    OwnedTensor packed = scratch(T, 2 * nh * hd);
+    be.matmul(xn, w.q, packed.tensor);
+    qbuf = scratch(T, 2 * nh * hd);
+    be.gather_columns(packed.tensor, w.q_gate_split, qbuf.tensor);
+    q = columns(qbuf.tensor, 0, nh * hd);
+    gate = columns(qbuf.tensor, nh * hd, nh * hd);
+  } else {
+    qbuf = scratch(T, nh * hd);
+    be.matmul(xn, w.q, qbuf.tensor);
+    q = qbuf.tensor;
+  }
+  be.matmul(xn, w.k, k.tensor);
+  be.matmul(xn, w.v, v.tensor);
+  be.rmsnorm(q, w.q_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, q);
+  be.rmsnorm(k.tensor, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm,
+             k.tensor);
+  be.rope(q, nh, hd, c.rotary_dim, c.rope_theta, layout);
+  be.rope(k.tensor, nkv, hd, c.rotary_dim, c.rope_theta, layout);
+  const Tensor& kp = state.k_pages.at(state_index);
+  const Tensor& vp = state.v_pages.at(state_index);
+  be.store_kv(k.tensor, v.tensor, kp, vp, layout);
+  OwnedTensor att = scratch(T, nh * hd);
+  be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
+               att.tensor);
+  if (c.attention_output_gate) be.mul_sigmoid(att.tensor, gate);
+  be.matmul(att.tensor, w.o, out);
+}
+
+void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const Tensor& xn,
+              const BatchLayout& layout, const StateViews& state, int64_t state_index,
+              Tensor out) {
+  const int64_t T = xn.shape[0], nv = c.linear_value_heads, dv = c.linear_value_dim;
+  const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
+  // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads].
+  OwnedTensor qkvz = scratch(T, conv_dim + value_dim), ba = scratch(T, 2 * nv);
+  if (!w.qkvz.empty()) {
+    OwnedTensor packed = scratch(T, conv_dim + value_dim), packed_ba = scratch(T, 2 * nv);
+    be.matmul(xn, w.qkvz, packed.tensor);
+    be.gather_columns(packed.tensor, w.qkvz_order, qkvz.tensor);
+    be.matmul(xn, w.ba, packed_ba.tensor);
+    be.gather_columns(packed_ba.tensor, w.ba_order, ba.tensor);
+  } else {
+    be.matmul(xn, w.qkv, columns(qkvz.tensor, 0, conv_dim));
+    be.matmul(xn, w.z, columns(qkvz.tensor, conv_dim, value_dim));
+    be.matmul(xn, w.b, columns(ba.tensor, 0, nv));
+    be.matmul(xn, w.a, columns(ba.tensor, nv, nv));
+  }
+  OwnedTensor conv_out = scratch(T, conv_dim);
+  be.gdn_conv(columns(qkvz.tensor, 0, conv_dim), w.conv, state.conv.at(state_index), layout,
+              conv_out.tensor);
+  OwnedTensor core = scratch(T, value_dim);
+  Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
+  be.gdn_recurrence(conv_out.tensor, columns(ba.tensor, 0, nv), columns(ba.tensor, nv, nv), w.A_log,
+                    w.dt_bias, shape, state.ssm.at(state_index), layout, core.tensor);
+  be.gated_rmsnorm(core.tensor, columns(qkvz.tensor, conv_dim, value_dim), w.norm,
+                   static_cast<float>(c.rms_norm_eps), core.tensor);
+  be.matmul(core.tensor, w.out, out);
+}
+
+void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
+  const int64_t T = xn.shape[0], inter = w.gate.rows();
+  OwnedTensor g = scratch(T, inter), u = scratch(T, inter);
+  be.matmul(xn, w.gate, g.tensor);
+  be.matmul(xn, w.up, u.tensor);
+  be.silu_mul(g.tensor, u.tensor, g.tensor);
+  be.matmul(g.tensor, w.down, out);
+}
+
+void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out) {
+  const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
+  OwnedTensor logits = scratch(T, E);
+  be.matmul(xn, w.router, logits.tensor);
+  OwnedTensor ids = make_tensor(DType::i32, {T, k}), weights = scratch(T, k);
+  be.moe_route(logits.tensor, k, c.norm_topk_prob, ids.tensor, weights.tensor);
+  be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
+  if (!w.shared.gate.empty()) {
+    OwnedTensor shared = scratch(T, c.hidden_size), gate = scratch(T, 1);
+    mlp(w.shared, be, xn, shared.tensor);
+    be.matmul(xn, w.shared_gate, gate.tensor);
+    be.add_sigmoid_scaled(out, shared.tensor, gate.tensor);
+  }
+}
+
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                   const BatchLayout& layout, const StateViews& state) {
+  const int64_t T = x.shape[0], H = x.shape[1];
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  OwnedTensor xn = scratch(T, H), y = scratch(T, H);
+  be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  if (w.mixer == MixerKind::attention) {
+    attention(c, w.attn, be, xn.tensor, layout, state, w.state_index, y.tensor);
+  } else {
+    deltanet(c, w.gdn, be, xn.tensor, layout, state, w.state_index, y.tensor);
+  }
+  be.add(x, y.tensor);
+  be.rmsnorm(x, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
+  if (w.ffn == FfnKind::moe) {
+    moe(c, w.moe, be, xn.tensor, y.tensor);
+  } else {
+    mlp(w.mlp, be, xn.tensor, y.tensor);
+  }
+  be.add(x, y.tensor);
+}
+
+}  // namespace hibana::layers

@@ -1,0 +1,24 @@
+// The building blocks of every architecture, written once against Backend. Internal to model/.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/state_views.h"
+#include "model/weights.h"
+
+namespace hibana::layers {
+
+// x [T, hidden] is updated in place: x += mixer(norm(x)); x += ffn(norm(x)).
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                   const BatchLayout& layout, const StateViews& state);
+
+void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, const Tensor& xn,
+               const BatchLayout& layout, const StateViews& state, int64_t state_index,
+               Tensor out);
+void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const Tensor& xn,
+              const BatchLayout& layout, const StateViews& state, int64_t state_index,
+              Tensor out);
+void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out);
+void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out);
+
+}  // namespace hibana::layers

@@ -1,0 +1,340 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/checkpoint.h"
+#include "io/mapped_file.h"
+#include "model/layers.h"
+
+namespace hibana {
+
+namespace {
+
+// Host-side arrays behind a BatchLayout (the CPU backend reads them in place).
+struct LayoutStorage {
+  std::vector<int32_t> positions, token_seq, seq_start, page_table, kv_slot, state_slot, snapshot;
+  BatchLayout layout;
+
+  void finish(int64_t T, int64_t S, int64_t page_size, int64_t max_pages, GdnMode mode) {
+    layout.num_tokens = T;
+    layout.num_seqs = S;
+    layout.page_size = page_size;
+    layout.max_pages = max_pages;
+    layout.gdn_mode = mode;
+    layout.positions = Tensor(positions.data(), DType::i32, {T});
+    layout.token_seq = Tensor(token_seq.data(), DType::i32, {T});
+    layout.seq_start = Tensor(seq_start.data(), DType::i32, {S + 1});
+    layout.page_table = Tensor(page_table.data(), DType::i32, {S, max_pages});
+    layout.kv_slot = Tensor(kv_slot.data(), DType::i32, {T});
+    layout.state_slot = Tensor(state_slot.data(), DType::i32, {S});
+    layout.snapshot_slot = Tensor(snapshot.data(), DType::i32, {T});
+  }
+};
+
+struct SeqDesc {
+  int64_t n;
+  int64_t start_pos;
+  std::span<const int32_t> pages;
+  int32_t slot;
+  std::span<const int32_t> snapshots;
+};
+
+LayoutStorage build_layout(const std::vector<SeqDesc>& seqs, const StateViews& state,
+                           bool needs_pages, bool needs_slots, GdnMode mode) {
+  LayoutStorage s;
+  const int64_t S = static_cast<int64_t>(seqs.size());
+  const int64_t ps = state.page_size;
+  int64_t T = 0, max_pages = 1;
+  for (const SeqDesc& q : seqs) {
+    T += q.n;
+    max_pages = std::max<int64_t>(max_pages, static_cast<int64_t>(q.pages.size()));
+  }
+  s.page_table.assign(S * max_pages, -1);
+  s.seq_start.push_back(0);
+  for (int64_t i = 0; i < S; ++i) {
+    const SeqDesc& q = seqs[i];
+    const std::string who = "sequence " + std::to_string(i);
+    check(q.n > 0, ErrorKind::invalid_argument, who + " has no tokens");
+    check(q.start_pos >= 0, ErrorKind::invalid_argument, who + " starts at a negative position");
+    const int64_t end = q.start_pos + q.n;
+    check(end <= INT32_MAX, ErrorKind::invalid_argument, who + " is too long");
+    if (needs_pages) {
+      check(ps > 0, ErrorKind::internal, "state has no page size");
+      const int64_t need = (end + ps - 1) / ps;
+      check(static_cast<int64_t>(q.pages.size()) >= need, ErrorKind::invalid_argument,
+            who + " reaches position " + std::to_string(end - 1) + " and needs " +
+                std::to_string(need) + " KV pages, but has " + std::to_string(q.pages.size()));
+      const int64_t num_pages = state.k_pages.empty() ? 0 : state.k_pages[0].shape[0];
+      for (int64_t j = 0; j < static_cast<int64_t>(q.pages.size()); ++j) {
+        check(q.pages[j] >= 0 && q.pages[j] < num_pages, ErrorKind::invalid_argument,
+              who + " uses page " + std::to_string(q.pages[j]) + " outside the pool");
+        s.page_table[i * max_pages + j] = q.pages[j];
+      }
+    }
+    if (needs_slots) {
+      const int64_t slots = state.ssm.empty() ? 0 : state.ssm[0].shape[0];
+      check(q.slot >= 0 && q.slot < slots, ErrorKind::invalid_argument,
+            who + " has no valid recurrent slot");
+    }
+    check(q.snapshots.empty() || static_cast<int64_t>(q.snapshots.size()) == q.n,
+          ErrorKind::invalid_argument, who + ": snapshot_slots must have one entry per token");
+    s.state_slot.push_back(q.slot);
+    for (int64_t j = 0; j < q.n; ++j) {
+      const int64_t p = q.start_pos + j;
+      s.positions.push_back(static_cast<int32_t>(p));
+      s.token_seq.push_back(static_cast<int32_t>(i));
+      s.kv_slot.push_back(needs_pages ? static_cast<int32_t>(q.pages[p / ps] * ps + p % ps) : -1);
+      int32_t snap = q.snapshots.empty() ? -1 : q.snapshots[j];
+      if (snap >= 0 && needs_slots) {
+        const int64_t slots = state.ssm[0].shape[0];
+        check(snap < slots, ErrorKind::invalid_argument, who + ": snapshot slot outside the pool");
+      }
+      s.snapshot.push_back(snap);
+    }
+    s.seq_start.push_back(static_cast<int32_t>(T == 0 ? 0 : s.positions.size()));
+  }
+  s.finish(T, S, ps, max_pages, mode);
+  return s;
+}
+
+// Final norm and lm_head over the chosen rows of x.
+void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& norm, Backend& be,
+                  const Tensor& x, const std::vector<int64_t>& rows, bool want_hidden,
+                  ForwardOutput& out) {
+  const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size, V = c.vocab_size;
+  out.vocab = V;
+  out.hidden = H;
+  OwnedTensor xr = make_tensor(DType::f32, {std::max<int64_t>(R, 1), H});
+  for (int64_t r = 0; r < R; ++r) std::memcpy(xr.tensor.row<float>(r), x.row<float>(rows[r]), H * 4);
+  out.logits.assign(static_cast<size_t>(R * V), 0.0f);
+  if (R == 0) return;
+  Tensor xv = xr.tensor.slice_rows(0, R);
+  be.rmsnorm(xv, norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, xv);
+  if (want_hidden) out.hidden_states.assign(xr.tensor.ptr<float>(), xr.tensor.ptr<float>() + R * H);
+  be.matmul(xv, lm_head, Tensor(out.logits.data(), DType::f32, {R, V}));
+}
+
+std::vector<int64_t> logits_rows(const std::vector<LogitsMode>& modes,
+                                 const std::vector<int64_t>& lengths, ForwardOutput& out) {
+  std::vector<int64_t> rows;
+  out.first_row.clear();
+  out.row_count.clear();
+  int64_t t = 0;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    out.first_row.push_back(static_cast<int64_t>(rows.size()));
+    if (modes[i] == LogitsMode::last) rows.push_back(t + lengths[i] - 1);
+    if (modes[i] == LogitsMode::all)
+      for (int64_t j = 0; j < lengths[i]; ++j) rows.push_back(t + j);
+    out.row_count.push_back(static_cast<int64_t>(rows.size()) - out.first_row.back());
+    t += lengths[i];
+  }
+  return rows;
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {}
+
+std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Backend> backend,
+                                   const LoadOptions& options) {
+  std::string dir = resolve_model_dir(model);
+  auto ck = std::make_shared<Checkpoint>(dir);
+  ModelConfig config = parse_model_config(ck->config_text(), dir + "/config.json");
+  if (ck->generation_config_text()) {
+    apply_generation_config(config, *ck->generation_config_text(),
+                            dir + "/generation_config.json");
+  }
+  size_t ignored = 0;
+  for (const std::string& n : ck->tensor_names()) ignored += n.rfind("model.visual.", 0) == 0;
+  if (ignored) log_info("ignoring ", ignored, " vision-tower tensors (model.visual.*)");
+  ModelWeights weights = load_weights(config, ck, options);
+  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend));
+  m->source_ = dir;
+  return m;
+}
+
+std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
+                                    std::shared_ptr<Backend> backend, uint64_t seed) {
+  ModelConfig config = parse_model_config(read_text_file(config_path), config_path);
+  ModelWeights weights = make_dummy_weights(config, dtype, seed);
+  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend));
+  m->source_ = "dummy:" + config_path;
+  return m;
+}
+
+StateSpec Model::state_spec() const {
+  StateSpec s;
+  const ModelConfig& c = config_;
+  s.attention_layers = c.num_attention_layers() + (has_mtp() ? 1 : 0);
+  s.kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.deltanet_layers = c.num_deltanet_layers();
+  if (s.deltanet_layers > 0) {
+    s.conv_channels = c.gdn_conv_dim();
+    s.conv_window = c.linear_conv_kernel - 1;
+    s.value_heads = c.linear_value_heads;
+    s.key_dim = c.linear_key_dim;
+    s.value_dim = c.linear_value_dim;
+  }
+  return s;
+}
+
+void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state,
+                    const ForwardOptions& options, ForwardOutput& out) const {
+  check(!seqs.empty(), ErrorKind::invalid_argument, "forward: empty batch");
+  std::vector<SeqDesc> desc;
+  std::vector<LogitsMode> modes;
+  std::vector<int64_t> lengths;
+  std::vector<int32_t> tokens;
+  for (const SequenceInput& s : seqs) {
+    desc.push_back({static_cast<int64_t>(s.tokens.size()), s.start_pos, s.pages, s.slot,
+                    s.snapshot_slots});
+    modes.push_back(s.logits);
+    lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+  }
+  const bool needs_pages = config_.num_attention_layers() > 0;
+  LayoutStorage ls = build_layout(desc, state, needs_pages, config_.has_deltanet(), options.gdn_mode);
+  const int64_t T = ls.layout.num_tokens, H = config_.hidden_size;
+  Backend& be = *backend_;
+
+  OwnedTensor x = make_tensor(DType::f32, {T, H});
+  be.embedding(weights_.embed, Tensor(tokens.data(), DType::i32, {T}), x.tensor);
+  for (const LayerWeights& l : weights_.layers) {
+    layers::decoder_layer(config_, l, be, x.tensor, ls.layout, state);
+  }
+  std::vector<int64_t> rows = logits_rows(modes, lengths, out);
+  project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows,
+               options.want_hidden, out);
+}
+
+void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
+                        ForwardOutput& out) const {
+  check(has_mtp(), ErrorKind::unsupported, "this model has no MTP head");
+  check(!seqs.empty(), ErrorKind::invalid_argument, "forward_mtp: empty batch");
+  const MtpWeights& m = *weights_.mtp;
+  const int64_t H = config_.hidden_size;
+  std::vector<SeqDesc> desc;
+  std::vector<LogitsMode> modes;
+  std::vector<int64_t> lengths;
+  std::vector<int32_t> tokens;
+  std::vector<float> hidden;
+  for (const MtpInput& s : seqs) {
+    const int64_t n = static_cast<int64_t>(s.next_tokens.size());
+    check(static_cast<int64_t>(s.hidden.size()) == n * H, ErrorKind::invalid_argument,
+          "forward_mtp: hidden must hold one row per token");
+    desc.push_back({n, s.start_pos, s.pages, -1, {}});
+    modes.push_back(s.logits);
+    lengths.push_back(n);
+    tokens.insert(tokens.end(), s.next_tokens.begin(), s.next_tokens.end());
+    hidden.insert(hidden.end(), s.hidden.begin(), s.hidden.end());
+  }
+  LayoutStorage ls = build_layout(desc, state, true, false, GdnMode::recurrent);
+  const int64_t T = ls.layout.num_tokens;
+  Backend& be = *backend_;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool zc = config_.zero_centred_norm;
+
+  // fc([norm_e(embed(x_{p+1})) ; norm_h(h_p)])
+  OwnedTensor cat = make_tensor(DType::f32, {T, 2 * H});
+  Tensor e = cat.tensor, h = cat.tensor;
+  e.shape[1] = H;
+  h.shape[1] = H;
+  h.data = cat.tensor.ptr<float>() + H;
+  be.embedding(weights_.embed, Tensor(tokens.data(), DType::i32, {T}), e);
+  be.rmsnorm(e, m.pre_fc_norm_embedding, eps, zc, e);
+  for (int64_t t = 0; t < T; ++t) std::memcpy(h.row<float>(t), hidden.data() + t * H, H * 4);
+  be.rmsnorm(h, m.pre_fc_norm_hidden, eps, zc, h);
+  OwnedTensor x = make_tensor(DType::f32, {T, H});
+  be.matmul(cat.tensor, m.fc, x.tensor);
+  layers::decoder_layer(config_, m.layer, be, x.tensor, ls.layout, state);
+  std::vector<int64_t> rows = logits_rows(modes, lengths, out);
+  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, out);
+}
+
+int64_t Model::parameter_count() const {
+  int64_t n = 0;
+  auto mat = [&](const Weight& w) {
+    if (!w.empty()) n += w.rows() * w.cols();
+  };
+  auto vec = [&](const Tensor& t) {
+    if (!t.empty()) n += t.numel();
+  };
+  auto mlp = [&](const MlpWeights& m) {
+    mat(m.gate);
+    mat(m.up);
+    mat(m.down);
+  };
+  auto layer = [&](const LayerWeights& l) {
+    vec(l.input_norm);
+    vec(l.post_norm);
+    for (const Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
+                            &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out}) {
+      mat(*w);
+    }
+    for (const Tensor* t : {&l.attn.q_norm, &l.attn.k_norm, &l.gdn.conv, &l.gdn.A_log,
+                            &l.gdn.dt_bias, &l.gdn.norm}) {
+      vec(*t);
+    }
+    mlp(l.mlp);
+    mat(l.moe.router);
+    for (size_t e = 0; e < l.moe.experts.gate.size(); ++e) {
+      mat(l.moe.experts.gate[e]);
+      mat(l.moe.experts.up[e]);
+      mat(l.moe.experts.down[e]);
+    }
+    mlp(l.moe.shared);
+    mat(l.moe.shared_gate);
+  };
+  mat(weights_.embed);
+  if (weights_.lm_head.w.data != weights_.embed.w.data) mat(weights_.lm_head);
+  vec(weights_.final_norm);
+  for (const LayerWeights& l : weights_.layers) layer(l);
+  if (weights_.mtp) {
+    mat(weights_.mtp->fc);
+    vec(weights_.mtp->pre_fc_norm_embedding);
+    vec(weights_.mtp->pre_fc_norm_hidden);
+    vec(weights_.mtp->norm);
+    layer(weights_.mtp->layer);
+  }
+  return n;
+}
+
+size_t Model::bytes_per_token() const {
+  size_t b = 0;
+  auto mat = [&](const Weight& w) {
+    if (!w.empty()) b += w.nbytes();
+  };
+  auto mlp = [&](const MlpWeights& m) {
+    mat(m.gate);
+    mat(m.up);
+    mat(m.down);
+  };
+  b += weights_.embed.nbytes() / static_cast<size_t>(config_.vocab_size);  // one row
+  mat(weights_.lm_head);
+  for (const LayerWeights& l : weights_.layers) {
+    for (const Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
+                            &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out}) {
+      mat(*w);
+    }
+    mlp(l.mlp);
+    if (l.ffn == FfnKind::moe) {
+      mat(l.moe.router);
+      // A decoded token reads k experts (sizes are equal across experts).
+      const auto& ex = l.moe.experts;
+      if (!ex.gate.empty()) {
+        b += static_cast<size_t>(config_.experts_per_token) *
+             (ex.gate[0].nbytes() + ex.up[0].nbytes() + ex.down[0].nbytes());
+      }
+      mlp(l.moe.shared);
+      mat(l.moe.shared_gate);
+    }
+  }
+  return b;
+}
+
+}  // namespace hibana

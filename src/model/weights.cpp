@@ -1,0 +1,211 @@
+// Maps each architecture's tensor names onto ModelWeights.
+#include "model/weights.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/checkpoint.h"
+#include "model/weight_source.h"
+
+namespace hibana {
+
+namespace {
+
+using Fill = WeightSource::Fill;
+
+Tensor index_tensor(WeightSource& src, const std::vector<int32_t>& idx) {
+  auto buf = std::make_shared<std::vector<int32_t>>(idx);
+  src.owned.push_back(buf);
+  return Tensor(buf->data(), DType::i32, {static_cast<int64_t>(buf->size())});
+}
+
+MlpWeights load_mlp(WeightSource& src, const std::string& p, int64_t hidden, int64_t inter) {
+  MlpWeights m;
+  m.gate = src.matrix(p + "gate_proj.weight", inter, hidden);
+  m.up = src.matrix(p + "up_proj.weight", inter, hidden);
+  m.down = src.matrix(p + "down_proj.weight", hidden, inter);
+  return m;
+}
+
+MoeWeights load_moe(const ModelConfig& c, WeightSource& src, const std::string& p) {
+  MoeWeights m;
+  const int64_t E = c.num_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  m.router = src.matrix(p + "gate.weight", E, H);
+  if (src.has(p + "experts.gate_up_proj")) {
+    // Fused layout: gate_up [E, 2I, H] (gate rows first), down [E, H, I].
+    std::vector<Weight> gu = src.stacked(p + "experts.gate_up_proj", E, 2 * I, H);
+    std::vector<Weight> dn = src.stacked(p + "experts.down_proj", E, H, I);
+    for (int64_t e = 0; e < E; ++e) {
+      Weight g = gu[e], u = gu[e];
+      g.w = g.w.slice_rows(0, I);
+      u.w = u.w.slice_rows(I, 2 * I);
+      if (!gu[e].scale.empty()) {
+        if (I % gu[e].block_rows != 0) {
+          throw Error(ErrorKind::unsupported,
+                      "fused fp8 experts whose gate/up split is not on a scale block boundary");
+        }
+        const int64_t half = I / gu[e].block_rows;
+        g.scale = gu[e].scale.slice_rows(0, half);
+        u.scale = gu[e].scale.slice_rows(half, 2 * half);
+      }
+      m.experts.gate.push_back(g);
+      m.experts.up.push_back(u);
+      m.experts.down.push_back(dn[e]);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      std::string ep = p + "experts." + std::to_string(e) + ".";
+      m.experts.gate.push_back(src.matrix(ep + "gate_proj.weight", I, H));
+      m.experts.up.push_back(src.matrix(ep + "up_proj.weight", I, H));
+      m.experts.down.push_back(src.matrix(ep + "down_proj.weight", H, I));
+    }
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    m.shared = load_mlp(src, p + "shared_expert.", H, c.shared_expert_intermediate_size);
+    m.shared_gate = src.matrix(p + "shared_expert_gate.weight", 1, H);
+  }
+  return m;
+}
+
+AttentionWeights load_attention(const ModelConfig& c, WeightSource& src, const std::string& p) {
+  AttentionWeights a;
+  const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+  const int64_t qrows = nh * hd * (c.attention_output_gate ? 2 : 1);
+  a.q = src.matrix(p + "q_proj.weight", qrows, H);
+  a.k = src.matrix(p + "k_proj.weight", nkv * hd, H);
+  a.v = src.matrix(p + "v_proj.weight", nkv * hd, H);
+  a.o = src.matrix(p + "o_proj.weight", H, nh * hd);
+  Fill norm_fill = c.zero_centred_norm ? Fill::zeros : Fill::ones;
+  a.q_norm = src.vector_f32(p + "q_norm.weight", hd, norm_fill);
+  a.k_norm = src.vector_f32(p + "k_norm.weight", hd, norm_fill);
+  if (c.attention_output_gate) {
+    // q_proj rows are [q_h | gate_h] per head; gather them as [all q | all gates].
+    std::vector<int32_t> idx;
+    for (int part = 0; part < 2; ++part) {
+      for (int64_t h = 0; h < nh; ++h) {
+        for (int64_t d = 0; d < hd; ++d) idx.push_back(static_cast<int32_t>(h * 2 * hd + part * hd + d));
+      }
+    }
+    a.q_gate_split = index_tensor(src, idx);
+  }
+  return a;
+}
+
+DeltaNetWeights load_deltanet(const ModelConfig& c, WeightSource& src, const std::string& p) {
+  DeltaNetWeights g;
+  const int64_t H = c.hidden_size, nk = c.linear_key_heads, nv = c.linear_value_heads,
+                dk = c.linear_key_dim, dv = c.linear_value_dim, r = nv / nk;
+  const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
+  const bool packed = src.has(p + "in_proj_qkvz.weight") ||
+                      (c.arch == Arch::qwen3_next && !src.has(p + "in_proj_qkv.weight"));
+  if (packed) {
+    g.qkvz = src.matrix(p + "in_proj_qkvz.weight", conv_dim + value_dim, H);
+    g.ba = src.matrix(p + "in_proj_ba.weight", 2 * nv, H);
+    // Rows of in_proj_qkvz come per key head as [q (dk) | k (dk) | v (r*dv) | z (r*dv)].
+    const int64_t W = 2 * dk + 2 * r * dv;
+    std::vector<int32_t> idx;
+    auto add = [&](int64_t offset, int64_t width) {
+      for (int64_t gi = 0; gi < nk; ++gi)
+        for (int64_t d = 0; d < width; ++d) idx.push_back(static_cast<int32_t>(gi * W + offset + d));
+    };
+    add(0, dk);                 // q
+    add(dk, dk);                // k
+    add(2 * dk, r * dv);        // v
+    add(2 * dk + r * dv, r * dv);  // z
+    g.qkvz_order = index_tensor(src, idx);
+    std::vector<int32_t> ba;
+    for (int part = 0; part < 2; ++part)
+      for (int64_t gi = 0; gi < nk; ++gi)
+        for (int64_t j = 0; j < r; ++j) ba.push_back(static_cast<int32_t>(gi * 2 * r + part * r + j));
+    g.ba_order = index_tensor(src, ba);
+  } else {
+    g.qkv = src.matrix(p + "in_proj_qkv.weight", conv_dim, H);
+    g.z = src.matrix(p + "in_proj_z.weight", value_dim, H);
+    g.b = src.matrix(p + "in_proj_b.weight", nv, H);
+    g.a = src.matrix(p + "in_proj_a.weight", nv, H);
+  }
+  Tensor conv = src.vector_f32(p + "conv1d.weight", conv_dim * c.linear_conv_kernel, Fill::random);
+  g.conv = Tensor(conv.data, DType::f32, {conv_dim, c.linear_conv_kernel});
+  g.A_log = src.vector_f32(p + "A_log", nv, Fill::log_uniform_1_16);
+  g.dt_bias = src.vector_f32(p + "dt_bias", nv, Fill::ones);
+  g.norm = src.vector_f32(p + "norm.weight", dv, Fill::ones);
+  g.out = src.matrix(p + "out_proj.weight", H, value_dim);
+  return g;
+}
+
+LayerWeights load_layer(const ModelConfig& c, WeightSource& src, const std::string& p,
+                        MixerKind mixer, FfnKind ffn) {
+  LayerWeights l;
+  l.mixer = mixer;
+  l.ffn = ffn;
+  Fill norm_fill = c.zero_centred_norm ? Fill::zeros : Fill::ones;
+  l.input_norm = src.vector_f32(p + "input_layernorm.weight", c.hidden_size, norm_fill);
+  l.post_norm = src.vector_f32(p + "post_attention_layernorm.weight", c.hidden_size, norm_fill);
+  if (mixer == MixerKind::attention) {
+    l.attn = load_attention(c, src, p + "self_attn.");
+  } else {
+    l.gdn = load_deltanet(c, src, p + "linear_attn.");
+  }
+  if (ffn == FfnKind::moe) {
+    l.moe = load_moe(c, src, p + "mlp.");
+  } else {
+    l.mlp = load_mlp(src, p + "mlp.", c.hidden_size, c.intermediate_size);
+  }
+  return l;
+}
+
+ModelWeights build(const ModelConfig& c, WeightSource& src, bool want_mtp) {
+  if (c.attention_bias) {
+    throw Error(ErrorKind::unsupported, "attention_bias = true is not supported");
+  }
+  ModelWeights w;
+  std::string prefix = "model.";
+  if (src.has("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  w.embed = src.matrix(prefix + "embed_tokens.weight", V, H);
+  Fill norm_fill = c.zero_centred_norm ? Fill::zeros : Fill::ones;
+  w.final_norm = src.vector_f32(prefix + "norm.weight", H, norm_fill);
+  if (c.tie_word_embeddings && !src.has("lm_head.weight")) {
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = src.matrix("lm_head.weight", V, H);
+  }
+  int64_t attn_index = 0, gdn_index = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights l = load_layer(c, src, prefix + "layers." + std::to_string(i) + ".", c.mixers[i],
+                                c.ffns[i]);
+    l.state_index = l.mixer == MixerKind::attention ? attn_index++ : gdn_index++;
+    w.layers.push_back(std::move(l));
+  }
+  const bool hybrid = c.arch == Arch::qwen3_next || c.arch == Arch::qwen3_5 ||
+                      c.arch == Arch::qwen3_5_moe;
+  if (want_mtp && hybrid && src.has("mtp.fc.weight")) {
+    MtpWeights m;
+    m.fc = src.matrix("mtp.fc.weight", H, 2 * H);
+    m.pre_fc_norm_embedding = src.vector_f32("mtp.pre_fc_norm_embedding.weight", H, norm_fill);
+    m.pre_fc_norm_hidden = src.vector_f32("mtp.pre_fc_norm_hidden.weight", H, norm_fill);
+    m.norm = src.vector_f32("mtp.norm.weight", H, norm_fill);
+    FfnKind ffn = c.arch == Arch::qwen3_5 ? FfnKind::dense : FfnKind::moe;
+    m.layer = load_layer(c, src, "mtp.layers.0.", MixerKind::attention, ffn);
+    m.layer.state_index = attn_index;  // the MTP layer's KV comes after the main layers'
+    w.mtp = std::move(m);
+  }
+  w.owned = std::move(src.owned);
+  w.matrix_bytes = src.matrix_bytes;
+  return w;
+}
+
+}  // namespace
+
+ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
+                          const LoadOptions& options) {
+  auto src = make_checkpoint_source(std::move(checkpoint));
+  return build(config, *src, options.load_mtp);
+}
+
+ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
+                                bool with_mtp) {
+  auto src = make_dummy_source(dtype, seed, with_mtp);
+  return build(config, *src, with_mtp);
+}
+
+}  // namespace hibana

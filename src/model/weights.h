@@ -1,0 +1,88 @@
+// The weights of a model, by role, whatever the checkpoint called them. Matrices stay in their
+// storage dtype (views into the memory-mapped checkpoint where possible); small vectors (norms,
+// gates, conv kernels) are converted to f32 at load.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace hibana {
+
+class Checkpoint;
+
+struct AttentionWeights {
+  Weight q, k, v, o;  // q has 2 * head_dim rows per head when the output is gated
+  Tensor q_norm, k_norm;
+  Tensor q_gate_split;  // i32 column map [q of all heads | gate of all heads] (gated only)
+};
+
+struct DeltaNetWeights {
+  // Qwen3-Next packs q, k, v, z in one projection grouped by key head and b, a in another;
+  // Qwen3.5 keeps them apart. `qkvz_order` / `ba_order` map the packed columns to
+  // [q heads | k heads | v heads | z heads] and [b heads | a heads].
+  Weight qkvz, ba;   // Qwen3-Next
+  Weight qkv, z, b, a;  // Qwen3.5
+  Tensor qkvz_order, ba_order;
+  Tensor conv;  // f32 [conv_channels, kernel]
+  Tensor A_log, dt_bias, norm;
+  Weight out;
+};
+
+struct MlpWeights {
+  Weight gate, up, down;
+};
+
+struct MoeWeights {
+  Weight router;
+  ExpertWeights experts;
+  MlpWeights shared;   // empty when the family has no shared expert
+  Weight shared_gate;  // [1, hidden]
+};
+
+struct LayerWeights {
+  MixerKind mixer = MixerKind::attention;
+  FfnKind ffn = FfnKind::dense;
+  int64_t state_index = 0;  // which attention (or DeltaNet) state layer this layer uses
+  Tensor input_norm, post_norm;
+  AttentionWeights attn;
+  DeltaNetWeights gdn;
+  MlpWeights mlp;
+  MoeWeights moe;
+};
+
+struct MtpWeights {
+  Weight fc;  // [hidden, 2 * hidden], input = [norm(embedding) ; norm(hidden)]
+  Tensor pre_fc_norm_embedding, pre_fc_norm_hidden, norm;
+  LayerWeights layer;
+};
+
+struct ModelWeights {
+  Weight embed;
+  Weight lm_head;  // the embedding when tied
+  Tensor final_norm;
+  std::vector<LayerWeights> layers;
+  std::optional<MtpWeights> mtp;
+  // Keeps converted tensors and the mapped checkpoint alive.
+  std::vector<std::shared_ptr<void>> owned;
+  size_t matrix_bytes = 0;  // bytes of all matrices as stored
+};
+
+struct LoadOptions {
+  bool load_mtp = true;
+};
+
+// Reads every tensor the config needs from the checkpoint, checking names, shapes and dtypes.
+ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
+                          const LoadOptions& options = {});
+
+// Random weights of the config's shapes in `dtype` (bf16, f16, f32, or fp8 with 128x128 block
+// scales), for benchmarks at real shapes. Deterministic for a seed.
+ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed = 1,
+                                bool with_mtp = true);
+
+}  // namespace hibana

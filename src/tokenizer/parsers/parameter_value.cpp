@@ -1,0 +1,225 @@
+#include "tokenizer/parsers/parameter_value.h"
+
+#include <set>
+
+#include "tokenizer/jinja/python_text.h"
+
+namespace hibana::parsers {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+void collect_types(const json& schema, std::set<std::string>& types) {
+  if (!schema.is_object()) return;
+  if (auto it = schema.find("type"); it != schema.end()) {
+    if (it->is_string()) types.insert(it->get<std::string>());
+    if (it->is_array())
+      for (const auto& t : *it)
+        if (t.is_string()) types.insert(t.get<std::string>());
+  }
+  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+    if (auto it = schema.find(key); it != schema.end() && it->is_array())
+      for (const auto& option : *it) collect_types(option, types);
+  }
+  if (!types.empty()) return;
+  if (auto it = schema.find("enum"); it != schema.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_string())
+        types.insert("string");
+      else if (v.is_number_integer())
+        types.insert("integer");
+      else if (v.is_number())
+        types.insert("number");
+      else if (v.is_boolean())
+        types.insert("boolean");
+      else if (v.is_null())
+        types.insert("null");
+      else if (v.is_array())
+        types.insert("array");
+      else if (v.is_object())
+        types.insert("object");
+    }
+  }
+  if (schema.contains("properties")) types.insert("object");
+  if (schema.contains("items")) types.insert("array");
+}
+
+bool fits(const json& v, const std::set<std::string>& types) {
+  if (v.is_null()) return types.count("null") != 0;
+  if (v.is_boolean()) return types.count("boolean") != 0;
+  if (v.is_number_integer()) return types.count("integer") || types.count("number");
+  if (v.is_number()) return types.count("number") != 0;
+  if (v.is_object()) return types.count("object") != 0;
+  if (v.is_array()) return types.count("array") != 0;
+  return false;
+}
+
+class PythonLiteralParser {
+ public:
+  explicit PythonLiteralParser(const std::string& s) : s_(s) {}
+
+  std::optional<json> parse() {
+    std::optional<json> v = value();
+    skip();
+    if (!v || i_ != s_.size()) return std::nullopt;
+    return v;
+  }
+
+ private:
+  void skip() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r'))
+      ++i_;
+  }
+  bool eat(char c) {
+    skip();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool word(const char* w) {
+    size_t n = std::char_traits<char>::length(w);
+    if (s_.compare(i_, n, w) != 0) return false;
+    if (i_ + n < s_.size() &&
+        (std::isalnum(static_cast<unsigned char>(s_[i_ + n])) || s_[i_ + n] == '_'))
+      return false;
+    i_ += n;
+    return true;
+  }
+
+  std::optional<json> sequence(char close, bool object) {
+    json out = object ? json::object() : json::array();
+    while (true) {
+      if (eat(close)) return out;
+      if (object) {
+        skip();
+        std::optional<json> key = value();
+        if (!key || !key->is_string() || !eat(':')) return std::nullopt;
+        std::optional<json> v = value();
+        if (!v) return std::nullopt;
+        out[key->get<std::string>()] = *v;
+      } else {
+        std::optional<json> v = value();
+        if (!v) return std::nullopt;
+        out.push_back(*v);
+      }
+      if (eat(close)) return out;
+      if (!eat(',')) return std::nullopt;
+    }
+  }
+
+  std::optional<json> string_literal(char quote) {
+    std::string out;
+    ++i_;
+    while (i_ < s_.size() && s_[i_] != quote) {
+      char c = s_[i_++];
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) return std::nullopt;
+      char e = s_[i_++];
+      switch (e) {
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          out += e;
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
+          size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          if (i_ + digits > s_.size()) return std::nullopt;
+          char32_t cp = static_cast<char32_t>(std::stoul(s_.substr(i_, digits), nullptr, 16));
+          jinja::append_utf8(out, cp);
+          i_ += digits;
+          break;
+        }
+        default:
+          out += '\\';
+          out += e;
+      }
+    }
+    if (i_ >= s_.size()) return std::nullopt;
+    ++i_;
+    return json(out);
+  }
+
+  std::optional<json> value() {
+    skip();
+    if (i_ >= s_.size()) return std::nullopt;
+    char c = s_[i_];
+    if (c == '{') {
+      ++i_;
+      return sequence('}', true);
+    }
+    if (c == '[') {
+      ++i_;
+      return sequence(']', false);
+    }
+    if (c == '(') {
+      ++i_;
+      return sequence(')', false);
+    }
+    if (c == '\'' || c == '"') return string_literal(c);
+    if (word("True")) return json(true);
+    if (word("False")) return json(false);
+    if (word("None")) return json(nullptr);
+    size_t start = i_;
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
+                              s_[i_] == '-' || s_[i_] == '+' || s_[i_] == '_'))
+      ++i_;
+    json number = json::parse(s_.substr(start, i_ - start), nullptr, false);
+    if (number.is_discarded() || !number.is_number()) return std::nullopt;
+    return number;
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+std::optional<json> parse_python_literal(const std::string& text) {
+  return PythonLiteralParser(text).parse();
+}
+
+json convert_parameter(const std::string& raw, const json* schema) {
+  if (!schema) return json(raw);
+  std::set<std::string> types;
+  collect_types(*schema, types);
+  if (types.empty()) return json(raw);
+  std::string trimmed = jinja::py_strip(raw, std::nullopt, true, true);
+  if (types.count("null") && (trimmed == "null" || trimmed == "None")) return json(nullptr);
+  if (types.count("string")) return json(raw);
+  if (types.count("boolean")) {
+    std::string lower = jinja::py_lower(trimmed);
+    if (lower == "true" || lower == "false") return json(lower == "true");
+  }
+  json parsed = json::parse(trimmed, nullptr, false);
+  if (!parsed.is_discarded()) {
+    if (parsed.is_number_float() && types.count("integer") && !types.count("number") &&
+        parsed.get<double>() == static_cast<double>(static_cast<int64_t>(parsed.get<double>()))) {
+      return json(static_cast<int64_t>(parsed.get<double>()));
+    }
+    return parsed;
+  }
+  if (std::optional<json> literal = parse_python_literal(trimmed);
+      literal && fits(*literal, types)) {
+    return *literal;
+  }
+  return json(raw);
+}
+
+}  // namespace hibana::parsers

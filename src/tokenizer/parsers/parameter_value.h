@@ -1,0 +1,21 @@
+// Typing of XML tool-call parameter values (<parameter=NAME>\nVALUE\n</parameter>) by the
+// tool's JSON Schema, following vLLM's qwen3coder parser: string-typed and unknown
+// parameters keep the raw text; integer, number, boolean, object, array and null values are
+// parsed (as JSON, or as the Python literal a template's `| string` wrote into the history:
+// True, None, {'a': 1}), and fall back to the raw text when that fails.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace hibana::parsers {
+
+// schema: the parameter's JSON Schema, or null when the tool or the parameter is unknown.
+nlohmann::ordered_json convert_parameter(const std::string& raw,
+                                         const nlohmann::ordered_json* schema);
+
+// A Python literal (dict, list, tuple, str, int, float, True, False, None) as JSON.
+std::optional<nlohmann::ordered_json> parse_python_literal(const std::string& text);
+
+}  // namespace hibana::parsers

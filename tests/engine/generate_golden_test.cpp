@@ -1,0 +1,31 @@
+// transformers' 32-token greedy continuations (generate(): chunked prefill, recurrent decode)
+// must come out of hibana's generator token for token.
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "support/fixture_model.h"
+
+namespace hibana {
+namespace {
+
+class GenerateGoldenTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateGoldenTest, GreedyContinuationMatches) {
+  auto model = test::load_fixture_model(GetParam());
+  for (const auto& ref : test::load_reference(GetParam())) {
+    SCOPED_TRACE("prompt of " + std::to_string(ref.ids.size()) + " tokens");
+    StatePool pool = make_pool_for(*model, static_cast<int64_t>(ref.ids.size() + ref.greedy.size() + 1));
+    GenerateOptions go;
+    go.max_new_tokens = static_cast<int64_t>(ref.greedy.size());
+    go.stop_at_eos = false;
+    go.prefill_chunk = 64;  // several prefill passes for the longer prompts
+    EXPECT_EQ(generate(*model, pool, ref.ids, go), ref.greedy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateGoldenTest,
+                         testing::ValuesIn(test::fixture_model_names()),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace hibana

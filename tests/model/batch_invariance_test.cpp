@@ -1,0 +1,173 @@
+// A sequence's logits must be bit-identical alone or beside others, and whether its tokens
+// arrive in one pass or several (aligned splits in the default mode, any split in recurrent
+// mode); a verification pass must match token-by-token decoding and leave per-position state
+// snapshots that resume exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "state/state_pool.h"
+#include "support/fixture_model.h"
+
+namespace hibana {
+namespace {
+
+std::vector<int32_t> tokens_for(int64_t n, int32_t salt, int64_t vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 37 + salt * 11 + 5) % vocab);
+  return t;
+}
+
+// Runs `tokens` through the model in passes of the given sizes; returns logits of every token.
+std::vector<float> run_split(const Model& m, StatePool& pool, const std::vector<int32_t>& tokens,
+                             const std::vector<int64_t>& splits, GdnMode mode) {
+  SequenceState seq(pool);
+  std::vector<float> all;
+  int64_t pos = 0;
+  for (int64_t n : splits) {
+    seq.reserve(pos + n);
+    SequenceInput in;
+    in.tokens = std::span<const int32_t>(tokens.data() + pos, n);
+    in.start_pos = pos;
+    in.pages = seq.pages();
+    in.slot = seq.slot();
+    in.logits = LogitsMode::all;
+    ForwardOptions fo;
+    fo.gdn_mode = mode;
+    ForwardOutput out;
+    m.forward(std::span<const SequenceInput>(&in, 1), pool.views(), fo, out);
+    all.insert(all.end(), out.logits.begin(), out.logits.end());
+    pos += n;
+  }
+  EXPECT_EQ(pos, static_cast<int64_t>(tokens.size()));
+  return all;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class BatchInvariance : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { model = test::load_fixture_model(GetParam()); }
+  std::unique_ptr<Model> model;
+};
+
+TEST_P(BatchInvariance, AloneOrInABatch) {
+  const int64_t V = model->config().vocab_size;
+  StatePool pool(model->state_spec(), 64, 32, 4);
+  auto a = tokens_for(150, 1, V), b = tokens_for(37, 2, V), c = tokens_for(21, 3, V);
+  std::vector<float> alone = run_split(*model, pool, a, {150}, GdnMode::aligned_chunks);
+
+  // C first gets a prefill of 20 tokens so that it decodes its 21st inside the batch.
+  SequenceState sa(pool), sb(pool), sc(pool);
+  sa.reserve(150);
+  sb.reserve(37);
+  sc.reserve(21);
+  {
+    SequenceInput pre;
+    pre.tokens = std::span<const int32_t>(c.data(), 20);
+    pre.pages = sc.pages();
+    pre.slot = sc.slot();
+    ForwardOutput o;
+    model->forward(std::span<const SequenceInput>(&pre, 1), pool.views(), {}, o);
+  }
+  std::vector<SequenceInput> batch(3);
+  batch[0].tokens = b;
+  batch[0].pages = sb.pages();
+  batch[0].slot = sb.slot();
+  batch[0].logits = LogitsMode::last;
+  batch[1].tokens = a;
+  batch[1].pages = sa.pages();
+  batch[1].slot = sa.slot();
+  batch[1].logits = LogitsMode::all;
+  batch[2].tokens = std::span<const int32_t>(c.data() + 20, 1);
+  batch[2].start_pos = 20;
+  batch[2].pages = sc.pages();
+  batch[2].slot = sc.slot();
+  ForwardOutput out;
+  model->forward(batch, pool.views(), {}, out);
+  std::vector<float> in_batch(out.row(out.first_row[1]),
+                              out.row(out.first_row[1]) + out.row_count[1] * out.vocab);
+  EXPECT_TRUE(bit_identical(alone, in_batch));
+
+  // And C's decoded token equals C run alone token by token.
+  std::vector<float> c_alone = run_split(*model, pool, c, {20, 1}, GdnMode::aligned_chunks);
+  EXPECT_EQ(std::memcmp(c_alone.data() + 20 * V, out.last(2), V * sizeof(float)), 0);
+}
+
+TEST_P(BatchInvariance, AlignedSplitsMatchOnePass) {
+  const int64_t V = model->config().vocab_size;
+  StatePool pool(model->state_spec(), 64, 16, 2);
+  auto t = tokens_for(200, 4, V);
+  auto one = run_split(*model, pool, t, {200}, GdnMode::aligned_chunks);
+  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {64, 128, 8}, GdnMode::aligned_chunks)));
+  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {128, 64, 1, 1, 1, 1, 1, 1, 1, 1},
+                                           GdnMode::aligned_chunks)));
+}
+
+TEST_P(BatchInvariance, AnySplitMatchesInRecurrentMode) {
+  const int64_t V = model->config().vocab_size;
+  StatePool pool(model->state_spec(), 64, 16, 2);
+  auto t = tokens_for(150, 5, V);
+  auto one = run_split(*model, pool, t, {150}, GdnMode::recurrent);
+  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {37, 50, 63}, GdnMode::recurrent)));
+  std::vector<int64_t> singles(150, 1);
+  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, singles, GdnMode::recurrent)));
+}
+
+TEST_P(BatchInvariance, SnapshotsResumeAnyPosition) {
+  if (model->state_spec().deltanet_layers == 0) GTEST_SKIP() << "no recurrent state";
+  const int64_t V = model->config().vocab_size;
+  StatePool pool(model->state_spec(), 64, 16, 8);
+  auto t = tokens_for(40, 6, V);
+  // Reference: 30 prompt tokens, then tokens 30..39 one at a time.
+  auto ref = run_split(*model, pool, t, {30, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, GdnMode::recurrent);
+
+  SequenceState seq(pool);
+  seq.reserve(40);
+  ForwardOutput out;
+  SequenceInput pre;
+  pre.tokens = std::span<const int32_t>(t.data(), 30);
+  pre.pages = seq.pages();
+  pre.slot = seq.slot();
+  model->forward(std::span<const SequenceInput>(&pre, 1), pool.views(), {}, out);
+  // A 6-token "verification" pass keeps the state after each of its tokens.
+  std::vector<int32_t> snaps;
+  for (int i = 0; i < 6; ++i) snaps.push_back(pool.alloc_slot());
+  SequenceInput verify;
+  verify.tokens = std::span<const int32_t>(t.data() + 30, 6);
+  verify.start_pos = 30;
+  verify.pages = seq.pages();
+  verify.slot = seq.slot();
+  verify.logits = LogitsMode::all;
+  verify.snapshot_slots = snaps;
+  ForwardOptions fo;
+  fo.gdn_mode = GdnMode::recurrent;
+  model->forward(std::span<const SequenceInput>(&verify, 1), pool.views(), fo, out);
+  EXPECT_EQ(std::memcmp(out.logits.data(), ref.data() + 30 * V, 6 * V * sizeof(float)), 0);
+  // Accept 2 of the 6 (positions 30, 31): roll the state back to the snapshot after 31 and
+  // continue with token 32 as plain decoding would.
+  for (size_t l = 0; l < pool.views().conv.size(); ++l) {
+    model->backend().copy_slot(pool.views().conv[l], snaps[1], seq.slot());
+    model->backend().copy_slot(pool.views().ssm[l], snaps[1], seq.slot());
+  }
+  for (int64_t p = 32; p < 40; ++p) {
+    SequenceInput d;
+    d.tokens = std::span<const int32_t>(t.data() + p, 1);
+    d.start_pos = p;
+    d.pages = seq.pages();
+    d.slot = seq.slot();
+    model->forward(std::span<const SequenceInput>(&d, 1), pool.views(), fo, out);
+    EXPECT_EQ(std::memcmp(out.last(0), ref.data() + p * V, V * sizeof(float)), 0) << "position " << p;
+  }
+  for (int32_t s : snaps) pool.free_slot(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance,
+                         testing::Values("qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace hibana

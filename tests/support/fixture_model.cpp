@@ -1,0 +1,45 @@
+#include "support/fixture_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+#include "support/paths.h"
+
+namespace hibana::test {
+
+std::vector<std::string> fixture_model_names() {
+  std::vector<std::string> names;
+  for (auto& e : std::filesystem::directory_iterator(fixtures_dir() + "/models")) {
+    if (std::filesystem::exists(e.path() / "reference.json")) names.push_back(e.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string fixture_model_dir(const std::string& name) { return fixtures_dir() + "/models/" + name; }
+
+std::vector<ReferencePrompt> load_reference(const std::string& name) {
+  auto j = nlohmann::json::parse(read_text_file(fixture_model_dir(name) + "/reference.json"));
+  std::vector<ReferencePrompt> out;
+  for (const auto& p : j["prompts"]) {
+    ReferencePrompt r;
+    r.ids = p["ids"].get<std::vector<int32_t>>();
+    r.argmax = p["argmax"].get<std::vector<int32_t>>();
+    r.last_logits = p["last_logits"].get<std::vector<float>>();
+    r.greedy = p["greedy"].get<std::vector<int32_t>>();
+    if (p.contains("mtp_argmax")) {
+      r.mtp_argmax = p["mtp_argmax"].get<std::vector<int32_t>>();
+      r.mtp_last_logits = p["mtp_last_logits"].get<std::vector<float>>();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::unique_ptr<Model> load_fixture_model(const std::string& name) {
+  return Model::load(fixture_model_dir(name), make_cpu_backend());
+}
+
+}  // namespace hibana::test

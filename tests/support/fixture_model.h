@@ -1,0 +1,26 @@
+// Loading the committed tiny checkpoints (tests/fixtures/models/<name>) and their references.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace hibana::test {
+
+struct ReferencePrompt {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> argmax;
+  std::vector<float> last_logits;
+  std::vector<int32_t> greedy;
+  std::vector<int32_t> mtp_argmax;  // empty when the model has no MTP head
+  std::vector<float> mtp_last_logits;
+};
+
+std::vector<std::string> fixture_model_names();
+std::string fixture_model_dir(const std::string& name);
+std::vector<ReferencePrompt> load_reference(const std::string& name);
+std::unique_ptr<Model> load_fixture_model(const std::string& name);
+
+}  // namespace hibana::test

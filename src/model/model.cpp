@@ -258,80 +258,39 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
 
 int64_t Model::parameter_count() const {
   int64_t n = 0;
-  auto mat = [&](const Weight& w) {
-    if (!w.empty()) n += w.rows() * w.cols();
-  };
-  auto vec = [&](const Tensor& t) {
-    if (!t.empty()) n += t.numel();
-  };
-  auto mlp = [&](const MlpWeights& m) {
-    mat(m.gate);
-    mat(m.up);
-    mat(m.down);
-  };
   auto layer = [&](const LayerWeights& l) {
-    vec(l.input_norm);
-    vec(l.post_norm);
-    for (const Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
-                            &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out}) {
-      mat(*w);
+    for_each_matrix(l, [&](const Weight& w, MatrixRole) { n += w.rows() * w.cols(); });
+    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.attn.q_norm, &l.attn.k_norm,
+                            &l.gdn.conv, &l.gdn.A_log, &l.gdn.dt_bias, &l.gdn.norm}) {
+      if (!t->empty()) n += t->numel();
     }
-    for (const Tensor* t : {&l.attn.q_norm, &l.attn.k_norm, &l.gdn.conv, &l.gdn.A_log,
-                            &l.gdn.dt_bias, &l.gdn.norm}) {
-      vec(*t);
-    }
-    mlp(l.mlp);
-    mat(l.moe.router);
-    for (size_t e = 0; e < l.moe.experts.gate.size(); ++e) {
-      mat(l.moe.experts.gate[e]);
-      mat(l.moe.experts.up[e]);
-      mat(l.moe.experts.down[e]);
-    }
-    mlp(l.moe.shared);
-    mat(l.moe.shared_gate);
   };
-  mat(weights_.embed);
-  if (weights_.lm_head.w.data != weights_.embed.w.data) mat(weights_.lm_head);
-  vec(weights_.final_norm);
+  n += weights_.embed.rows() * weights_.embed.cols() + weights_.final_norm.numel();
+  if (weights_.lm_head.w.data != weights_.embed.w.data) {
+    n += weights_.lm_head.rows() * weights_.lm_head.cols();
+  }
   for (const LayerWeights& l : weights_.layers) layer(l);
   if (weights_.mtp) {
-    mat(weights_.mtp->fc);
-    vec(weights_.mtp->pre_fc_norm_embedding);
-    vec(weights_.mtp->pre_fc_norm_hidden);
-    vec(weights_.mtp->norm);
-    layer(weights_.mtp->layer);
+    const MtpWeights& m = *weights_.mtp;
+    n += m.fc.rows() * m.fc.cols() + m.pre_fc_norm_embedding.numel() +
+         m.pre_fc_norm_hidden.numel() + m.norm.numel();
+    layer(m.layer);
   }
   return n;
 }
 
 size_t Model::bytes_per_token() const {
-  size_t b = 0;
-  auto mat = [&](const Weight& w) {
-    if (!w.empty()) b += w.nbytes();
-  };
-  auto mlp = [&](const MlpWeights& m) {
-    mat(m.gate);
-    mat(m.up);
-    mat(m.down);
-  };
-  b += weights_.embed.nbytes() / static_cast<size_t>(config_.vocab_size);  // one row
-  mat(weights_.lm_head);
+  // One embedding row, every dense matrix, experts_per_token of each MoE layer's experts (they
+  // are equal in size), and the lm_head.
+  size_t b = weights_.embed.nbytes() / static_cast<size_t>(config_.vocab_size);
+  b += weights_.lm_head.nbytes();
   for (const LayerWeights& l : weights_.layers) {
-    for (const Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
-                            &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out}) {
-      mat(*w);
-    }
-    mlp(l.mlp);
-    if (l.ffn == FfnKind::moe) {
-      mat(l.moe.router);
-      // A decoded token reads k experts (sizes are equal across experts).
-      const auto& ex = l.moe.experts;
-      if (!ex.gate.empty()) {
-        b += static_cast<size_t>(config_.experts_per_token) *
-             (ex.gate[0].nbytes() + ex.up[0].nbytes() + ex.down[0].nbytes());
-      }
-      mlp(l.moe.shared);
-      mat(l.moe.shared_gate);
+    size_t experts = 0;
+    for_each_matrix(l, [&](const Weight& w, MatrixRole role) {
+      if (role == MatrixRole::dense) b += w.nbytes(); else experts += w.nbytes();
+    });
+    if (!l.moe.experts.gate.empty()) {
+      b += experts / l.moe.experts.gate.size() * static_cast<size_t>(config_.experts_per_token);
     }
   }
   return b;

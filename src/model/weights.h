@@ -72,6 +72,25 @@ struct ModelWeights {
   size_t matrix_bytes = 0;  // bytes of all matrices as stored
 };
 
+// What a matrix of a layer does, for code that counts parameters, bytes or FLOPs.
+enum class MatrixRole {
+  dense,   // read by every token (attention, DeltaNet, dense MLP, router, shared expert)
+  expert,  // one routed expert's matrix: a token reads experts_per_token of these
+};
+// Calls fn(weight, role) for every matrix of a layer (empty ones skipped).
+template <typename Fn>
+void for_each_matrix(const LayerWeights& l, Fn&& fn) {
+  for (const Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
+                          &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out, &l.mlp.gate,
+                          &l.mlp.up, &l.mlp.down, &l.moe.router, &l.moe.shared.gate,
+                          &l.moe.shared.up, &l.moe.shared.down, &l.moe.shared_gate}) {
+    if (!w->empty()) fn(*w, MatrixRole::dense);
+  }
+  for (const std::vector<Weight>* list : {&l.moe.experts.gate, &l.moe.experts.up, &l.moe.experts.down}) {
+    for (const Weight& w : *list) fn(w, MatrixRole::expert);
+  }
+}
+
 struct LoadOptions {
   bool load_mtp = true;
 };

@@ -81,17 +81,28 @@ TEST(CpuOps, MatmulAllDtypesMatchReference) {
 }
 
 TEST(CpuOps, MatmulRowsDoNotDependOnTheBatch) {
+  // Small batches take a different kernel for bf16 weights (rows read in place); every batch
+  // size must still give the same bits per row.
   const int64_t K = 203, N = 70;
   auto x = randn(9 * K, 3), w = randn(N * K, 4);
-  Weight wt;
-  wt.w = Tensor(w.data(), DType::f32, {N, K});
-  auto be = make_cpu_backend();
-  std::vector<float> all(9 * N);
-  be->matmul(Tensor(x.data(), DType::f32, {9, K}), wt, Tensor(all.data(), DType::f32, {9, N}));
-  for (int64_t r = 0; r < 9; ++r) {
-    std::vector<float> one(N);
-    be->matmul(Tensor(x.data() + r * K, DType::f32, {1, K}), wt, Tensor(one.data(), DType::f32, {1, N}));
-    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * N, N * sizeof(float)), 0) << "row " << r;
+  std::vector<uint16_t> wb(N * K);
+  for (int64_t i = 0; i < N * K; ++i) wb[i] = f32_to_bf16(w[i]);
+  for (auto& be : backends()) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      Weight wt;
+      wt.w = Tensor(t == DType::f32 ? static_cast<void*>(w.data()) : wb.data(), t, {N, K});
+      std::vector<float> all(9 * N);
+      be->matmul(Tensor(x.data(), DType::f32, {9, K}), wt, Tensor(all.data(), DType::f32, {9, N}));
+      for (int64_t rows : {1, 2, 3, 4}) {
+        for (int64_t r = 0; r + rows <= 9; r += rows) {
+          std::vector<float> part(rows * N);
+          be->matmul(Tensor(x.data() + r * K, DType::f32, {rows, K}), wt,
+                     Tensor(part.data(), DType::f32, {rows, N}));
+          EXPECT_EQ(std::memcmp(part.data(), all.data() + r * N, rows * N * sizeof(float)), 0)
+              << be->name() << " " << dtype_name(t) << " rows " << r << ".." << r + rows;
+        }
+      }
+    }
   }
 }
 
@@ -173,6 +184,34 @@ TEST(CpuOps, MoeRoutingTopKAndRenormalisation) {
   double z = 0;
   for (float l : logits) z += std::exp(l);
   EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);
+}
+
+}  // namespace
+}  // namespace hibana
+
+namespace hibana {
+namespace {
+
+// The AVX2 variant must really run its FMA intrinsics: its dot products round differently from
+// the portable build's multiply-then-add. (A target pragma that silently did nothing once made
+// both variants compile to the same portable code.)
+TEST(CpuOps, Avx2VariantRunsItsOwnKernels) {
+  auto all = backends();
+  if (all.size() < 2) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  ASSERT_EQ(all[1]->name(), "cpu-avx2");
+  const int64_t M = 8, K = 513, N = 64;
+  auto x = randn(M * K, 11), w = randn(N * K, 12);
+  Weight wt;
+  wt.w = Tensor(w.data(), DType::f32, {N, K});
+  std::vector<float> a(M * N), b(M * N);
+  all[0]->matmul(Tensor(x.data(), DType::f32, {M, K}), wt, Tensor(a.data(), DType::f32, {M, N}));
+  all[1]->matmul(Tensor(x.data(), DType::f32, {M, K}), wt, Tensor(b.data(), DType::f32, {M, N}));
+  int differ = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    EXPECT_NEAR(a[i], b[i], 1e-3);
+    differ += a[i] != b[i];
+  }
+  EXPECT_GT(differ, 0) << "the AVX2 variant produced exactly the portable results";
 }
 
 }  // namespace

@@ -47,4 +47,16 @@ inline CommandResult run_hibana(const std::string& args) {
   return run_command("'" + hibana_binary() + "' " + args);
 }
 
+// `hibana ARGS < input`.
+inline CommandResult run_hibana(const std::string& args, const std::string& input) {
+  static int counter = 0;
+  const auto in_path = std::filesystem::temp_directory_path() /
+                       ("hibana_cmd_" + std::to_string(::getpid()) + "_" +
+                        std::to_string(counter++) + ".in");
+  std::ofstream(in_path, std::ios::binary) << input;
+  CommandResult r = run_command("'" + hibana_binary() + "' " + args + " < '" + in_path.string() + "'");
+  std::filesystem::remove(in_path);
+  return r;
+}
+
 }  // namespace hibana::test

@@ -4,7 +4,7 @@ attention + sparse MoE with a shared expert) with one MTP layer trained jointly 
 after next, built from transformers' own Qwen3Next modules so the checkpoint is a standard HF one.
 
 Runs on the GPU machine in one call (see models/hibana-tiny/README.md for the exact command):
-    python3 tools/train/train.py --corpus CORPUS_DIR --out OUT_DIR [--minutes 7] [--smoke]
+    python3 tools/train/train.py --corpus CORPUS_DIR --out OUT_DIR [--minutes 5] [--smoke]
 
 Steps: train a byte-level BPE tokenizer (tokenizers) with the ChatML specials; tokenize the
 corpus (20% of documents wrapped as chat exchanges, so the model learns the template and to end
@@ -244,6 +244,8 @@ def save_checkpoint(model, mtp, tok_dir, out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", required=True)
+    ap.add_argument("--heldout", default="models/hibana-tiny/heldout.txt",
+                    help="evaluation text that is not in the corpus")
     ap.add_argument("--out", required=True)
     ap.add_argument("--minutes", type=float, default=7.0)
     ap.add_argument("--batch", type=int, default=64)
@@ -261,7 +263,7 @@ def main():
     docs = [json.loads(l) for l in open(os.path.join(args.corpus, "train.jsonl"), encoding="utf-8")]
     tok = train_tokenizer(docs, tok_dir)
     stream = build_stream(tok, docs, args.seed)
-    heldout_text = open(os.path.join(args.corpus, "heldout.txt"), encoding="utf-8").read()
+    heldout_text = open(args.heldout, encoding="utf-8").read()
     heldout = torch.tensor(tok.encode(heldout_text).ids, dtype=torch.int32)
     print(f"tokenizer {tok.get_vocab_size()} tokens; corpus {len(stream)} tokens; held-out {len(heldout)}"
           f" tokens; {time.time() - t_start:.0f}s", flush=True)

@@ -13,8 +13,9 @@ StatePool::StatePool(const StateSpec& spec, int64_t page_size, int64_t num_pages
   views_.page_size = page_size;
   auto add = [&](std::vector<Tensor>& list, std::initializer_list<int64_t> dims) {
     Tensor shape(nullptr, DType::f32, dims);
+    // Not cleared: attention reads only positions it wrote, and slots are zeroed when handed
+    // out, so the memory is touched (and committed by the OS) only as it is used.
     buffers_.emplace_back(std::max<size_t>(shape.nbytes(), 64));
-    std::memset(buffers_.back().data(), 0, buffers_.back().size());
     shape.data = buffers_.back().data();
     list.push_back(shape);
   };

@@ -1,0 +1,475 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "state/state_pool.h"
+
+namespace hibana {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "none";
+    case FinishReason::length: return "length";
+    case FinishReason::stop: return "stop";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::deadline: return "deadline";
+    case FinishReason::error: return "error";
+  }
+  return "none";
+}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+// ---- RequestStream ---------------------------------------------------------------------------
+
+bool RequestStream::next(StreamEvent& event, SteadyClock::time_point until) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ready_.wait_until(lock, until, [&] { return !events_.empty(); })) return false;
+  event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestStream::push(StreamEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+RequestUsage RequestStream::usage() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return usage_;
+}
+
+void RequestStream::set_usage(const RequestUsage& u) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  usage_ = u;
+}
+
+// ---- Engine ----------------------------------------------------------------------------------
+
+struct Engine::Pools {
+  StatePool pool;
+  Pools(const StateSpec& spec, int64_t page_size, int64_t pages, int64_t slots)
+      : pool(spec, page_size, pages, slots) {}
+};
+
+struct Engine::Sequence {
+  uint64_t id = 0;
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> tokens;  // prompt, then every sampled token
+  int64_t prompt_len = 0;
+  int64_t computed = 0;  // leading tokens whose state is in the cache
+  int64_t generated = 0;
+  std::vector<int32_t> pages;
+  int32_t slot = -1;
+  SteadyClock::time_point arrived, first_token, last_token;
+  bool started = false;  // has produced a token
+};
+
+namespace {
+
+double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// log-softmax value of one entry, and the top-n entries, from raw logits.
+void logprobs_of(const float* logits, int64_t vocab, int32_t token, int32_t top,
+                 StreamEvent& ev) {
+  double mx = logits[0];
+  for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - mx);
+  const double lse = mx + std::log(sum);
+  ev.logprob = static_cast<float>(logits[token] - lse);
+  if (top <= 0) return;
+  std::vector<int32_t> idx(vocab);
+  for (int64_t v = 0; v < vocab; ++v) idx[v] = static_cast<int32_t>(v);
+  const int64_t n = std::min<int64_t>(top, vocab);
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    ev.top_logprobs.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
+  }
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
+    : model_(std::move(model)), options_(options) {
+  check(options_.page_size > 0 && options_.max_sequences > 0 && options_.step_token_budget > 0,
+        ErrorKind::invalid_argument, "engine options must be positive");
+  const StateSpec spec = model_->state_spec();
+  const int64_t page_bytes =
+      std::max<int64_t>(1, static_cast<int64_t>(spec.kv_bytes_per_token()) * options_.page_size);
+  const int64_t pages = std::max<int64_t>(2, options_.kv_cache_bytes / page_bytes);
+  pools_ = std::make_unique<Pools>(spec, options_.page_size, pages, options_.max_sequences);
+  max_context_ = options_.max_context > 0 ? options_.max_context
+                                          : model_->config().max_position_embeddings;
+  max_context_ = std::min(max_context_, pages * options_.page_size);
+  metrics_.kv_pages_total = pages;
+  metrics_.kv_bytes = pages * page_bytes;
+  metrics_.recurrent_bytes =
+      static_cast<int64_t>(spec.recurrent_bytes_per_slot()) * options_.max_sequences;
+  metrics_.weight_bytes = static_cast<int64_t>(model_->weights().matrix_bytes);
+  log_info("engine: ", pages, " KV pages of ", options_.page_size, " tokens (",
+           metrics_.kv_bytes >> 20, " MiB), ", options_.max_sequences, " sequences, context ",
+           max_context_, " tokens");
+  worker_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  for (auto& s : running_) finish(*s, FinishReason::cancelled);
+  running_.clear();
+  for (auto& s : waiting_) finish(*s, FinishReason::cancelled);
+  waiting_.clear();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+  const int64_t vocab = model_->config().vocab_size;
+  check(!request.prompt.empty(), ErrorKind::invalid_argument, "the prompt is empty");
+  for (int32_t t : request.prompt) {
+    check(t >= 0 && t < vocab, ErrorKind::invalid_argument,
+          "token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  if (n >= max_context_) {
+    throw Error(ErrorKind::invalid_argument,
+                "the prompt has " + std::to_string(n) + " tokens but this model's context is " +
+                    std::to_string(max_context_) + " tokens");
+  }
+  check(request.max_tokens > 0, ErrorKind::invalid_argument, "max_tokens must be positive");
+  request.sampling.validate();
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->sampler = std::make_unique<Sampler>(seq->request.sampling);
+  seq->sampler->set_prompt(seq->request.prompt);
+  seq->tokens = seq->request.prompt;
+  seq->prompt_len = n;
+  seq->arrived = SteadyClock::now();
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
+      throw Error(ErrorKind::overloaded, "too many requests are waiting (" +
+                                             std::to_string(waiting_.size()) + ")");
+    }
+    seq->id = next_id_++;
+    stream = std::make_shared<RequestStream>(seq->id);
+    seq->stream = stream;
+    waiting_.push_back(std::move(seq));
+    metrics_.waiting = static_cast<int64_t>(waiting_.size());
+  }
+  wake_.notify_all();
+  return stream;
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return metrics_;
+}
+
+void Engine::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return waiting_.empty() && metrics_.running == 0; });
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      if (stop_) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A failure outside a forward pass: fail every running request rather than the server.
+      log_error("engine step failed: ", e.what());
+      for (auto& s : running_) finish(*s, FinishReason::error, e.what());
+      running_.clear();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.running = static_cast<int64_t>(running_.size());
+    metrics_.waiting = static_cast<int64_t>(waiting_.size());
+    metrics_.kv_pages_used = pools_->pool.num_pages() - pools_->pool.free_pages();
+    if (running_.empty() && waiting_.empty()) idle_.notify_all();
+  }
+}
+
+void Engine::release(Sequence& s) {
+  for (int32_t p : s.pages) pools_->pool.free_page(p);
+  s.pages.clear();
+  if (s.slot >= 0) pools_->pool.free_slot(s.slot);
+  s.slot = -1;
+  s.computed = 0;
+}
+
+void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
+  release(s);
+  RequestUsage u;
+  u.prompt_tokens = s.prompt_len;
+  u.completion_tokens = s.generated;
+  s.stream->set_usage(u);
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::finished;
+  ev.finish = reason;
+  ev.error = error;
+  s.stream->push(std::move(ev));
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++metrics_.requests_finished;
+  metrics_.e2e.observe(seconds_between(s.arrived, SteadyClock::now()));
+}
+
+bool Engine::ensure_pages(Sequence& s, int64_t positions) {
+  StatePool& pool = pools_->pool;
+  if (pool.spec().attention_layers == 0) return true;
+  const int64_t need = (positions + pool.page_size() - 1) / pool.page_size();
+  while (static_cast<int64_t>(s.pages.size()) < need) {
+    if (pool.free_pages() == 0) return false;
+    s.pages.push_back(pool.alloc_page());
+  }
+  return true;
+}
+
+void Engine::admit_waiting() {
+  StatePool& pool = pools_->pool;
+  std::vector<std::pair<std::unique_ptr<Sequence>, FinishReason>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = SteadyClock::now();
+    // Cancelled and expired requests leave before they cost anything.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      Sequence& s = **it;
+      if (s.stream->cancelled() || (s.request.deadline && now > *s.request.deadline)) {
+        dropped.emplace_back(std::move(*it),
+                             s.stream->cancelled() ? FinishReason::cancelled : FinishReason::deadline);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Admit in arrival order while a slot is free and the first prefill chunk's pages fit.
+    const bool needs_slot = pool.spec().deltanet_layers > 0;
+    while (!waiting_.empty() &&
+           static_cast<int64_t>(running_.size()) < options_.max_sequences) {
+      Sequence& s = *waiting_.front();
+      if (needs_slot && pool.free_slots() == 0) break;
+      const int64_t first_chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()),
+                                                    options_.step_token_budget);
+      const int64_t pages_needed = (first_chunk + pool.page_size() - 1) / pool.page_size();
+      if (pool.spec().attention_layers > 0 && pool.free_pages() < pages_needed) break;
+      if (needs_slot) s.slot = pool.alloc_slot();
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+    metrics_.waiting = static_cast<int64_t>(waiting_.size());
+  }
+  for (auto& [seq, reason] : dropped) finish(*seq, reason);
+}
+
+void Engine::preempt_newest() {
+  // The most recently admitted sequence gives its state back and is recomputed later (its
+  // generated tokens are kept and become part of what it prefills).
+  std::unique_ptr<Sequence> victim = std::move(running_.back());
+  running_.pop_back();
+  release(*victim);
+  log_warn("KV cache full: preempting request ", victim->id, " (", victim->tokens.size(),
+           " tokens) to recompute later");
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++metrics_.preemptions;
+  waiting_.push_front(std::move(victim));
+}
+
+bool Engine::step() {
+  admit_waiting();
+  const auto now = SteadyClock::now();
+  // Cancelled or expired running requests leave before the pass (within one step).
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence& s = **it;
+    const bool cancelled = s.stream->cancelled();
+    if (cancelled || (s.request.deadline && now > *s.request.deadline)) {
+      finish(s, cancelled ? FinishReason::cancelled : FinishReason::deadline);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (running_.empty()) return false;
+
+  const int64_t page = options_.page_size;
+  struct Planned {
+    Sequence* seq;
+    int64_t begin, count;
+    bool wants_logits;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = options_.step_token_budget;
+  // Decodes first: every sequence whose only uncomputed token is its last sampled one.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& s = *running_[i];
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (s.computed != len - 1 || !s.started) continue;
+    while (!ensure_pages(s, len)) {
+      if (running_.back().get() == &s || running_.size() <= 1) break;
+      preempt_newest();
+    }
+    if (!ensure_pages(s, len)) continue;
+    plan.push_back({&s, s.computed, 1, true});
+    --budget;
+  }
+  // Then prefill chunks, in admission order, ending on page boundaries unless they finish the
+  // prompt (so a prompt's passes split where a single pass would put chunk boundaries).
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& s = *running_[i];
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    const bool prefilling = s.computed < len - 1 || (!s.started && s.computed < len);
+    if (!prefilling) continue;
+    int64_t end = std::min(len, s.computed + budget);
+    if (end < len) end = end / page * page;
+    if (end <= s.computed) continue;
+    if (!ensure_pages(s, end)) {
+      // Take what fits, page-aligned.
+      int64_t have = static_cast<int64_t>(s.pages.size()) * page;
+      end = std::min(end, have / page * page);
+      if (end <= s.computed) continue;
+    }
+    const bool last = end == len;
+    plan.push_back({&s, s.computed, end - s.computed, last});
+    budget -= end - s.computed;
+  }
+  if (plan.empty()) {
+    // Nothing can run: the cache is full of prefills. Preempt to make room.
+    if (running_.size() > 1) {
+      preempt_newest();
+      return true;
+    }
+    finish(*running_.front(), FinishReason::error, "the KV cache is too small for this request");
+    running_.clear();
+    return true;
+  }
+
+  std::vector<SequenceInput> inputs(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].seq;
+    inputs[i].tokens = std::span<const int32_t>(s.tokens.data() + plan[i].begin, plan[i].count);
+    inputs[i].start_pos = plan[i].begin;
+    inputs[i].pages = s.pages;
+    inputs[i].slot = s.slot;
+    inputs[i].logits = plan[i].wants_logits ? LogitsMode::last : LogitsMode::none;
+  }
+  ForwardOptions fo;
+  fo.gdn_mode = options_.gdn_mode;
+  ForwardOutput out;
+  try {
+    model_->forward(inputs, pools_->pool.views(), fo, out);
+  } catch (const std::exception& e) {
+    log_error("forward pass failed: ", e.what());
+    for (const Planned& p : plan) p.seq->stream->cancel();
+    for (auto it = running_.begin(); it != running_.end();) {
+      if ((*it)->stream->cancelled()) {
+        finish(**it, FinishReason::error, e.what());
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return true;
+  }
+
+  const ModelConfig& cfg = model_->config();
+  const auto done = SteadyClock::now();
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  std::vector<double> ttfts, itls;
+  std::vector<Sequence*> finished_now;
+  std::vector<FinishReason> reasons;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].seq;
+    s.computed = plan[i].begin + plan[i].count;
+    if (!plan[i].wants_logits) continue;
+    const float* raw = out.last(static_cast<int64_t>(i));
+    const float* logits = raw;
+    std::vector<float> biased;
+    if (!s.request.logit_bias.empty()) {
+      biased.assign(raw, raw + out.vocab);
+      for (const auto& [tok, bias] : s.request.logit_bias) {
+        if (tok >= 0 && tok < out.vocab) biased[tok] += bias;
+      }
+      logits = biased.data();
+    }
+    const int32_t token = s.sampler->sample(logits, out.vocab);
+    s.sampler->accept(token);
+    s.tokens.push_back(token);
+    ++s.generated;
+    ++generated_tokens;
+    if (!s.started) {
+      s.started = true;
+      s.first_token = done;
+      prompt_tokens += static_cast<uint64_t>(s.prompt_len);
+      ttfts.push_back(seconds_between(s.arrived, done));
+    } else {
+      itls.push_back(seconds_between(s.last_token, done));
+    }
+    s.last_token = done;
+    const bool eos = !s.request.ignore_eos &&
+                     (std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), token) !=
+                          cfg.eos_token_ids.end() ||
+                      std::find(s.request.stop_token_ids.begin(), s.request.stop_token_ids.end(),
+                                token) != s.request.stop_token_ids.end());
+    if (!eos) {
+      StreamEvent ev;
+      ev.token = token;
+      if (s.request.top_logprobs >= 0) logprobs_of(raw, out.vocab, token, s.request.top_logprobs, ev);
+      s.stream->push(std::move(ev));
+    }
+    FinishReason reason = FinishReason::none;
+    if (eos) {
+      reason = FinishReason::stop;
+    } else if (s.generated >= s.request.max_tokens ||
+               static_cast<int64_t>(s.tokens.size()) >= max_context_) {
+      reason = FinishReason::length;
+    }
+    if (reason != FinishReason::none) {
+      finished_now.push_back(&s);
+      reasons.push_back(reason);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++metrics_.steps;
+    metrics_.prompt_tokens += prompt_tokens;
+    metrics_.generation_tokens += generated_tokens;
+    metrics_.prefix_query_tokens += prompt_tokens;
+    for (double t : ttfts) metrics_.ttft.observe(t);
+    for (double t : itls) metrics_.itl.observe(t);
+  }
+  for (size_t i = 0; i < finished_now.size(); ++i) {
+    Sequence* s = finished_now[i];
+    finish(*s, reasons[i]);
+    running_.erase(std::find_if(running_.begin(), running_.end(),
+                                [&](const std::unique_ptr<Sequence>& p) { return p.get() == s; }));
+  }
+  return true;
+}
+
+}  // namespace hibana

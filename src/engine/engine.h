@@ -1,0 +1,172 @@
+// The serving engine: many requests, one model, continuous batching. A worker thread runs
+// steps; each step decodes one token for every running sequence and fills the rest of a token
+// budget with prefill chunks, admitting queued requests only when their state fits. Requests
+// are submitted from any thread and stream their tokens back through a RequestStream.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace hibana {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 256;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;          // besides the model's eos ids
+  std::map<int32_t, float> logit_bias;          // added to the logits before sampling
+  int32_t top_logprobs = -1;                    // -1: no logprobs; 0..20: that many alternatives
+  std::optional<SteadyClock::time_point> deadline;
+  std::string conversation;                     // agent/conversation key (for state reuse)
+};
+
+enum class FinishReason { none, length, stop, cancelled, deadline, error };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct StreamEvent {
+  enum class Kind { token, finished } kind = Kind::token;
+  int32_t token = -1;
+  float logprob = 0.0f;                      // when logprobs were asked for
+  std::vector<TokenLogprob> top_logprobs;
+  FinishReason finish = FinishReason::none;  // for Kind::finished
+  std::string error;                         // for FinishReason::error
+};
+
+struct RequestUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose state was reused instead of recomputed
+};
+
+// One request's output queue. The engine pushes; the consumer pops; either may cancel.
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+
+  // Waits for the next event until `until`; false on timeout. After a Kind::finished event
+  // nothing more arrives.
+  bool next(StreamEvent& event, SteadyClock::time_point until);
+  // Asks the engine to stop this request (client gone, stop string seen). The engine frees its
+  // state within one step and then sends a finished event with FinishReason::cancelled.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  RequestUsage usage() const;
+
+  // Engine side.
+  void push(StreamEvent event);
+  void set_usage(const RequestUsage& u);
+
+ private:
+  const uint64_t id_;
+  std::atomic<bool> cancelled_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  RequestUsage usage_;
+};
+
+struct EngineOptions {
+  int64_t page_size = 64;
+  int64_t kv_cache_bytes = int64_t(1) << 30;  // KV pages of all sequences
+  int64_t max_sequences = 32;                  // running at once (recurrent slots)
+  int64_t step_token_budget = 512;             // tokens per forward pass (decode + prefill)
+  int64_t max_queue = 1024;                    // waiting requests before submit() refuses
+  int64_t max_context = 0;                     // 0: the model's max_position_embeddings
+  GdnMode gdn_mode = GdnMode::aligned_chunks;
+};
+
+// Counters and histograms for /metrics (monotonic except the gauges).
+struct Histogram {
+  std::vector<double> bounds;       // upper bounds, seconds
+  std::vector<uint64_t> counts;     // one per bound, plus +Inf at the end
+  double sum = 0.0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+  void observe(double v);
+};
+
+struct EngineMetrics {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  uint64_t requests_finished = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t generation_tokens = 0;
+  uint64_t prefix_query_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  int64_t kv_pages_used = 0, kv_pages_total = 0;
+  int64_t kv_bytes = 0, recurrent_bytes = 0, weight_bytes = 0;
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  Histogram e2e{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Model> model, const EngineOptions& options);
+  ~Engine();  // stops the worker; unfinished requests end with FinishReason::cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws Error(invalid_argument) for an empty prompt, ids outside the
+  // vocabulary or a prompt that does not fit the context (the message gives both counts),
+  // Error(overloaded) when the queue is full.
+  std::shared_ptr<RequestStream> submit(GenerationRequest request);
+
+  const Model& model() const { return *model_; }
+  int64_t max_context() const { return max_context_; }
+  EngineMetrics metrics() const;
+  // Blocks until nothing is running or waiting (tests, shutdown).
+  void wait_idle();
+
+ private:
+  struct Sequence;
+  void loop();
+  bool step();  // false when there was nothing to do
+  void admit_waiting();
+  void finish(Sequence& s, FinishReason reason, const std::string& error = {});
+  void preempt_newest();
+  bool ensure_pages(Sequence& s, int64_t positions);
+  void release(Sequence& s);
+
+  std::shared_ptr<const Model> model_;
+  EngineOptions options_;
+  int64_t max_context_ = 0;
+  struct Pools;
+  std::unique_ptr<Pools> pools_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // worker thread only (count mirrored)
+  EngineMetrics metrics_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace hibana

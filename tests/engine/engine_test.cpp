@@ -1,0 +1,214 @@
+// The serving engine: continuous batching must give every request exactly what it would get
+// alone, survive memory pressure, and cancel, time out and refuse work cleanly.
+#include "engine/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "support/fixture_model.h"
+
+namespace hibana {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::none;
+  std::vector<StreamEvent> events;
+};
+
+Outcome collect(RequestStream& s, std::chrono::seconds timeout = 60s) {
+  Outcome o;
+  const auto until = SteadyClock::now() + timeout;
+  StreamEvent ev;
+  while (s.next(ev, until)) {
+    if (ev.kind == StreamEvent::Kind::finished) {
+      o.finish = ev.finish;
+      return o;
+    }
+    o.tokens.push_back(ev.token);
+    o.events.push_back(ev);
+  }
+  ADD_FAILURE() << "request did not finish in time";
+  return o;
+}
+
+std::vector<int32_t> prompt_of(int64_t n, int32_t salt, int64_t vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 29 + salt * 13 + 1) % vocab);
+  return t;
+}
+
+std::vector<int32_t> solo(const Model& m, const std::vector<int32_t>& prompt, int64_t n,
+                          GdnMode mode) {
+  StatePool pool = make_pool_for(m, static_cast<int64_t>(prompt.size()) + n + 1);
+  GenerateOptions go;
+  go.max_new_tokens = n;
+  go.stop_at_eos = false;
+  go.prefill_chunk = 64;
+  go.gdn_mode = mode;
+  return generate(m, pool, prompt, go);
+}
+
+GenerationRequest greedy_request(std::vector<int32_t> prompt, int64_t n) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(Engine, MatchesTransformersGreedy) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next");
+  EngineOptions opt;
+  Engine engine(model, opt);
+  for (const auto& ref : test::load_reference("qwen3_next")) {
+    auto s = engine.submit(greedy_request(ref.ids, static_cast<int64_t>(ref.greedy.size())));
+    Outcome o = collect(*s);
+    EXPECT_EQ(o.finish, FinishReason::length);
+    EXPECT_EQ(o.tokens, ref.greedy) << "prompt of " << ref.ids.size();
+    EXPECT_EQ(s->usage().prompt_tokens, static_cast<int64_t>(ref.ids.size()));
+    EXPECT_EQ(s->usage().completion_tokens, static_cast<int64_t>(ref.greedy.size()));
+  }
+}
+
+// Many requests at once, fewer slots than requests and a small token budget: every request
+// gets exactly its solo output.
+TEST(Engine, ConcurrentRequestsGetTheirSoloOutputs) {
+  for (const char* name : {"qwen3_moe", "qwen3_next"}) {
+    SCOPED_TRACE(name);
+    std::shared_ptr<const Model> model = test::load_fixture_model(name);
+    const int64_t V = model->config().vocab_size;
+    EngineOptions opt;
+    opt.max_sequences = 4;
+    opt.step_token_budget = 64;
+    Engine engine(model, opt);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 10; ++i) {
+      prompts.push_back(prompt_of(5 + 23 * i, i, V));
+      streams.push_back(engine.submit(greedy_request(prompts.back(), 12)));
+    }
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(collect(*streams[i]).tokens, solo(*model, prompts[i], 12, GdnMode::aligned_chunks))
+          << "request " << i;
+    }
+    engine.wait_idle();
+    EXPECT_EQ(engine.metrics().kv_pages_used, 0);
+    EXPECT_EQ(engine.metrics().requests_finished, 10u);
+  }
+}
+
+// A KV cache with room for about two requests: the rest queue, some are preempted and
+// recomputed; all finish, and in exact (recurrent) mode every output is the solo output.
+TEST(Engine, MemoryPressureQueuesAndPreemptsWithoutLoss) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next");
+  const int64_t V = model->config().vocab_size;
+  EngineOptions opt;
+  opt.gdn_mode = GdnMode::recurrent;
+  opt.max_sequences = 6;
+  opt.kv_cache_bytes = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64 * 5;
+  Engine engine(model, opt);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(prompt_of(60 + 7 * i, 50 + i, V));
+    streams.push_back(engine.submit(greedy_request(prompts.back(), 40)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    Outcome o = collect(*streams[i]);
+    EXPECT_EQ(o.finish, FinishReason::length);
+    EXPECT_EQ(o.tokens, solo(*model, prompts[i], 40, GdnMode::recurrent)) << "request " << i;
+  }
+  engine.wait_idle();
+  EXPECT_GT(engine.metrics().preemptions, 0u) << "the test did not create memory pressure";
+  EXPECT_EQ(engine.metrics().kv_pages_used, 0);
+}
+
+TEST(Engine, CancelStopsARequestAndFreesItsState) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_5");
+  Engine engine(model, EngineOptions{});
+  auto s = engine.submit(greedy_request(prompt_of(30, 1, model->config().vocab_size), 100000));
+  StreamEvent ev;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->next(ev, SteadyClock::now() + 30s));
+  s->cancel();
+  Outcome o = collect(*s);
+  EXPECT_EQ(o.finish, FinishReason::cancelled);
+  engine.wait_idle();
+  EXPECT_EQ(engine.metrics().kv_pages_used, 0);
+  EXPECT_EQ(engine.metrics().running, 0);
+}
+
+TEST(Engine, DeadlinesAndStopTokens) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_dense");
+  Engine engine(model, EngineOptions{});
+  auto prompt = prompt_of(20, 2, model->config().vocab_size);
+  GenerationRequest late = greedy_request(prompt, 50);
+  late.deadline = SteadyClock::now() - 1s;
+  EXPECT_EQ(collect(*engine.submit(late)).finish, FinishReason::deadline);
+
+  auto first = solo(*model, prompt, 1, GdnMode::aligned_chunks);
+  GenerationRequest stop = greedy_request(prompt, 50);
+  stop.ignore_eos = false;
+  stop.stop_token_ids = {first[0]};
+  auto s = engine.submit(stop);
+  Outcome o = collect(*s);
+  EXPECT_EQ(o.finish, FinishReason::stop);
+  EXPECT_TRUE(o.tokens.empty()) << "a stop token is not streamed";
+  EXPECT_EQ(s->usage().completion_tokens, 1);
+}
+
+TEST(Engine, LogprobsAndLogitBias) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_dense");
+  Engine engine(model, EngineOptions{});
+  auto prompt = prompt_of(12, 3, model->config().vocab_size);
+  GenerationRequest r = greedy_request(prompt, 5);
+  r.top_logprobs = 3;
+  Outcome o = collect(*engine.submit(r));
+  ASSERT_EQ(o.events.size(), 5u);
+  for (const StreamEvent& ev : o.events) {
+    EXPECT_LE(ev.logprob, 0.0f);
+    ASSERT_EQ(ev.top_logprobs.size(), 3u);
+    EXPECT_EQ(ev.top_logprobs[0].token, ev.token);  // greedy picks the most likely
+    EXPECT_FLOAT_EQ(ev.top_logprobs[0].logprob, ev.logprob);
+    EXPECT_GE(ev.top_logprobs[0].logprob, ev.top_logprobs[1].logprob);
+  }
+  GenerationRequest banned = greedy_request(prompt, 5);
+  for (int32_t t : o.tokens) banned.logit_bias[t] = -100.0f;
+  for (int32_t t : collect(*engine.submit(banned)).tokens) {
+    EXPECT_EQ(std::count(o.tokens.begin(), o.tokens.end(), t), 0) << "banned token " << t;
+  }
+}
+
+TEST(Engine, RefusesBadRequests) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_dense");
+  EngineOptions opt;
+  opt.max_context = 100;
+  Engine engine(model, opt);
+  try {
+    engine.submit(greedy_request(prompt_of(150, 1, model->config().vocab_size), 4));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    EXPECT_THAT(e.what(), testing::HasSubstr("150 tokens"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("100 tokens"));
+  }
+  EXPECT_THROW(engine.submit(greedy_request({}, 4)), Error);
+  EXPECT_THROW(engine.submit(greedy_request({1, 999999}, 4)), Error);
+  EXPECT_THROW(engine.submit(greedy_request({1, 2}, 0)), Error);
+  EngineOptions full;
+  full.max_queue = 0;
+  Engine busy(model, full);
+  try {
+    busy.submit(greedy_request({1, 2}, 4));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::overloaded);
+  }
+}
+
+}  // namespace
+}  // namespace hibana

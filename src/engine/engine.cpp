@@ -410,15 +410,17 @@ bool Engine::step() {
     const float* raw = out.last(static_cast<int64_t>(i));
     const float* logits = raw;
     std::vector<float> biased;
-    if (!s.request.logit_bias.empty()) {
+    if (!s.request.logit_bias.empty() || s.request.processor) {
       biased.assign(raw, raw + out.vocab);
       for (const auto& [tok, bias] : s.request.logit_bias) {
         if (tok >= 0 && tok < out.vocab) biased[tok] += bias;
       }
+      if (s.request.processor) s.request.processor->apply(biased.data(), out.vocab);
       logits = biased.data();
     }
     const int32_t token = s.sampler->sample(logits, out.vocab);
     s.sampler->accept(token);
+    if (s.request.processor) s.request.processor->accept(token);
     s.tokens.push_back(token);
     ++s.generated;
     ++generated_tokens;
@@ -443,7 +445,7 @@ bool Engine::step() {
       s.stream->push(std::move(ev));
     }
     FinishReason reason = FinishReason::none;
-    if (eos) {
+    if (eos || (s.request.processor && s.request.processor->complete())) {
       reason = FinishReason::stop;
     } else if (s.generated >= s.request.max_tokens ||
                static_cast<int64_t>(s.tokens.size()) >= max_context_) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/logits_processor.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -34,6 +35,9 @@ struct GenerationRequest {
   int32_t top_logprobs = -1;                    // -1: no logprobs; 0..20: that many alternatives
   std::optional<SteadyClock::time_point> deadline;
   std::string conversation;                     // agent/conversation key (for state reuse)
+  // Optional constraint (e.g. JsonConstraint): masks logits before sampling; when it reports
+  // complete() after a token, the request ends with FinishReason::stop.
+  std::shared_ptr<LogitsProcessor> processor;
 };
 
 enum class FinishReason { none, length, stop, cancelled, deadline, error };

@@ -1,0 +1,170 @@
+// The SSD tier's block store: round trips, restarts, corruption, other models, eviction, and
+// write failures that must degrade to "not cached" without crashing.
+#include "state/ssd_store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/temp_dir.h"
+
+namespace hibana {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> payload(size_t n, uint8_t salt) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + salt);
+  return v;
+}
+
+BlockKey key(uint64_t i) { return {0x1234, i}; }
+
+SsdStoreOptions opts(const std::string& dir, uint64_t fp = 7, uint64_t cap = 1 << 24) {
+  SsdStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = fp;
+  o.capacity_bytes = cap;
+  return o;
+}
+
+std::string block_path(const std::string& dir, uint64_t fp, const BlockKey& k) {
+  char sub[17];
+  std::snprintf(sub, sizeof sub, "%016llx", static_cast<unsigned long long>(fp));
+  return dir + "/" + sub + "/" + k.hex().substr(0, 2) + "/" + k.hex() + ".blk";
+}
+
+TEST(SsdStore, RoundTripAndKinds) {
+  test::TempDir d;
+  SsdStore s(opts(d.path()));
+  auto p = payload(10000, 1);
+  ASSERT_TRUE(s.put(key(1), 2, p));
+  EXPECT_TRUE(s.contains(key(1)));
+  EXPECT_EQ(s.get(key(1), 2), p);
+  EXPECT_FALSE(s.get(key(1), 3).has_value()) << "another kind is a miss";
+  EXPECT_FALSE(s.get(key(2), 2).has_value());
+  ASSERT_TRUE(s.put(key(1), 2, payload(5, 9)));  // replace
+  EXPECT_EQ(s.get(key(1), 2), payload(5, 9));
+  EXPECT_EQ(s.stats().blocks, 1u);
+}
+
+TEST(SsdStore, SurvivesARestart) {
+  test::TempDir d;
+  {
+    SsdStore s(opts(d.path()));
+    for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(s.put(key(i), 1, payload(3000 + i, i)));
+  }
+  // A crash mid-write leaves a temporary file: it must never be mistaken for a block.
+  std::ofstream(d.path() + "/0000000000000007/tmp/half-written", std::ios::binary) << "junk";
+  SsdStore s(opts(d.path()));
+  EXPECT_EQ(s.stats().blocks, 5u);
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(s.get(key(i), 1), payload(3000 + i, i));
+  EXPECT_FALSE(fs::exists(d.path() + "/0000000000000007/tmp/half-written"));
+}
+
+TEST(SsdStore, AFlippedByteIsDetectedAndTreatedAsAMiss) {
+  test::TempDir d;
+  SsdStore s(opts(d.path()));
+  ASSERT_TRUE(s.put(key(1), 1, payload(9000, 3)));
+  ASSERT_TRUE(s.put(key(2), 1, payload(9000, 4)));
+  for (auto [k, offset] : {std::pair{key(1), 64 + 5000}, std::pair{key(2), 20}}) {
+    std::fstream f(block_path(d.path(), 7, k), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(offset);
+    char c;
+    f.get(c);
+    f.seekp(offset);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  EXPECT_FALSE(s.get(key(1), 1).has_value());  // payload checksum
+  EXPECT_FALSE(s.get(key(2), 1).has_value());  // header checksum
+  EXPECT_EQ(s.stats().corrupt, 2u);
+  EXPECT_FALSE(fs::exists(block_path(d.path(), 7, key(1))));
+  EXPECT_FALSE(s.contains(key(1)));
+}
+
+TEST(SsdStore, TornAndForeignFilesAreDroppedAtStartup) {
+  test::TempDir d;
+  {
+    SsdStore s(opts(d.path()));
+    ASSERT_TRUE(s.put(key(1), 1, payload(20000, 1)));
+    ASSERT_TRUE(s.put(key(2), 1, payload(100, 2)));
+  }
+  fs::resize_file(block_path(d.path(), 7, key(1)), 4096);  // torn: payload cut short
+  // A block of key 2 copied under the name of key 3: its header says otherwise.
+  fs::copy_file(block_path(d.path(), 7, key(2)), block_path(d.path(), 7, key(3)));
+  SsdStore s(opts(d.path()));
+  EXPECT_FALSE(s.contains(key(1)));
+  EXPECT_FALSE(s.contains(key(3)));
+  EXPECT_EQ(s.get(key(2), 1), payload(100, 2));
+  EXPECT_EQ(s.stats().corrupt, 2u);
+}
+
+TEST(SsdStore, AnotherModelsCacheIsIgnored) {
+  test::TempDir d;
+  {
+    SsdStore a(opts(d.path(), 1));
+    ASSERT_TRUE(a.put(key(1), 1, payload(100, 1)));
+  }
+  SsdStore b(opts(d.path(), 2));
+  EXPECT_FALSE(b.contains(key(1)));
+  EXPECT_FALSE(b.get(key(1), 1).has_value());
+  auto dirs = SsdStore::summarize(d.path());
+  ASSERT_EQ(dirs.size(), 2u);
+  SsdStore a(opts(d.path(), 1));
+  EXPECT_EQ(a.get(key(1), 1), payload(100, 1));
+}
+
+TEST(SsdStore, EvictsLeastRecentlyUsedToStayUnderItsSize) {
+  test::TempDir d;
+  SsdStore s(opts(d.path(), 7, 3 * 4096));  // three one-page blocks
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(s.put(key(i), 1, payload(100, i)));
+  ASSERT_TRUE(s.get(key(0), 1).has_value());  // 0 becomes the most recent
+  ASSERT_TRUE(s.put(key(3), 1, payload(100, 3)));
+  EXPECT_TRUE(s.contains(key(0)));
+  EXPECT_FALSE(s.contains(key(1)));
+  EXPECT_TRUE(s.contains(key(3)));
+  EXPECT_LE(s.stats().bytes, 3u * 4096);
+  EXPECT_EQ(s.stats().evictions, 1u);
+  EXPECT_FALSE(s.put(key(9), 1, payload(5 * 4096, 1))) << "a block larger than the cache";
+}
+
+TEST(SsdStore, WriteFailuresDegradeToMisses) {
+  test::TempDir d;
+  SsdStore s(opts(d.path()));
+  ASSERT_TRUE(s.put(key(1), 1, payload(100, 1)));
+  // Limit file size so the next write fails as on a full disk (EFBIG instead of ENOSPC).
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = 1024;
+  setrlimit(RLIMIT_FSIZE, &small);
+  const bool stored = s.put(key(2), 1, payload(50000, 2));
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  EXPECT_FALSE(stored);
+  EXPECT_EQ(s.stats().write_failures, 1u);
+  EXPECT_FALSE(s.get(key(2), 1).has_value());
+  EXPECT_EQ(s.get(key(1), 1), payload(100, 1)) << "the store keeps working";
+  EXPECT_TRUE(s.put(key(3), 1, payload(100, 3)));
+}
+
+TEST(SsdStore, ClearDirRemovesEveryBlock) {
+  test::TempDir d;
+  {
+    SsdStore s(opts(d.path()));
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(s.put(key(i), 1, payload(10, i)));
+  }
+  EXPECT_EQ(SsdStore::clear_dir(d.path()), 4u);
+  SsdStore s(opts(d.path()));
+  EXPECT_EQ(s.stats().blocks, 0u);
+}
+
+}  // namespace
+}  // namespace hibana

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "state/prefix_cache.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -61,6 +62,7 @@ void RequestStream::set_usage(const RequestUsage& u) {
 
 struct Engine::Pools {
   StatePool pool;
+  std::unique_ptr<PrefixCache> cache;  // null with prefix caching off
   Pools(const StateSpec& spec, int64_t page_size, int64_t pages, int64_t slots)
       : pool(spec, page_size, pages, slots) {}
 };
@@ -78,6 +80,8 @@ struct Engine::Sequence {
   int32_t slot = -1;
   SteadyClock::time_point arrived, first_token, last_token;
   bool started = false;  // has produced a token
+  int64_t cached = 0;    // prompt tokens resumed from the prefix cache
+  int64_t transient_blocks = 0;  // depth of this sequence's latest boundary checkpoint
 };
 
 namespace {
@@ -117,7 +121,17 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   const int64_t page_bytes =
       std::max<int64_t>(1, static_cast<int64_t>(spec.kv_bytes_per_token()) * options_.page_size);
   const int64_t pages = std::max<int64_t>(2, options_.kv_cache_bytes / page_bytes);
-  pools_ = std::make_unique<Pools>(spec, options_.page_size, pages, options_.max_sequences);
+  const bool hybrid = spec.deltanet_layers > 0;
+  const int64_t checkpoint_slots =
+      options_.prefix_cache && hybrid ? std::max<int64_t>(0, options_.checkpoint_slots) : 0;
+  pools_ = std::make_unique<Pools>(spec, options_.page_size, pages,
+                                   options_.max_sequences + checkpoint_slots);
+  if (options_.prefix_cache) {
+    pools_->cache = std::make_unique<PrefixCache>(pools_->pool, model_->backend(),
+                                                  model_->fingerprint(), checkpoint_slots);
+  }
+  check(options_.checkpoint_interval > 0 && options_.checkpoint_interval % options_.page_size == 0,
+        ErrorKind::invalid_argument, "the checkpoint interval must be a multiple of the page size");
   max_context_ = options_.max_context > 0 ? options_.max_context
                                           : model_->config().max_position_embeddings;
   max_context_ = std::min(max_context_, pages * options_.page_size);
@@ -213,11 +227,25 @@ void Engine::loop() {
     metrics_.running = static_cast<int64_t>(running_.size());
     metrics_.waiting = static_cast<int64_t>(waiting_.size());
     metrics_.kv_pages_used = pools_->pool.num_pages() - pools_->pool.free_pages();
+    if (pools_->cache) {
+      const PrefixCacheStats cs = pools_->cache->stats();
+      metrics_.prefix_query_tokens = cs.query_tokens;
+      metrics_.prefix_hit_tokens = cs.hit_tokens;
+      metrics_.cache_nodes = cs.nodes;
+      metrics_.cache_pages = cs.pages;
+      metrics_.cache_checkpoints = cs.checkpoints;
+    }
     if (running_.empty() && waiting_.empty()) idle_.notify_all();
   }
 }
 
 void Engine::release(Sequence& s) {
+  // The full blocks computed so far go to the prefix cache (KV only: a checkpoint needs the
+  // recurrent state at a page boundary, which the boundary policy in step() keeps).
+  const int64_t blocks = std::min<int64_t>(s.computed / options_.page_size,
+                                           static_cast<int64_t>(s.pages.size()));
+  if (pools_->cache && blocks > 0) pools_->cache->insert(s.tokens, s.pages, blocks, -1);
+  s.transient_blocks = 0;
   for (int32_t p : s.pages) pools_->pool.free_page(p);
   s.pages.clear();
   if (s.slot >= 0) pools_->pool.free_slot(s.slot);
@@ -230,6 +258,7 @@ void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) 
   RequestUsage u;
   u.prompt_tokens = s.prompt_len;
   u.completion_tokens = s.generated;
+  u.cached_tokens = s.cached;
   s.stream->set_usage(u);
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::finished;
@@ -246,7 +275,10 @@ bool Engine::ensure_pages(Sequence& s, int64_t positions) {
   if (pool.spec().attention_layers == 0) return true;
   const int64_t need = (positions + pool.page_size() - 1) / pool.page_size();
   while (static_cast<int64_t>(s.pages.size()) < need) {
-    if (pool.free_pages() == 0) return false;
+    if (pool.free_pages() == 0 &&
+        (!pools_->cache || pools_->cache->evict_pages(need - static_cast<int64_t>(s.pages.size())) == 0)) {
+      return false;
+    }
     s.pages.push_back(pool.alloc_page());
   }
   return true;
@@ -275,17 +307,57 @@ void Engine::admit_waiting() {
            static_cast<int64_t>(running_.size()) < options_.max_sequences) {
       Sequence& s = *waiting_.front();
       if (needs_slot && pool.free_slots() == 0) break;
-      const int64_t first_chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()),
-                                                    options_.step_token_budget);
-      const int64_t pages_needed = (first_chunk + pool.page_size() - 1) / pool.page_size();
-      if (pool.spec().attention_layers > 0 && pool.free_pages() < pages_needed) break;
+      PrefixMatch match;
+      if (pools_->cache) match = pools_->cache->lookup(s.tokens);
+      const int64_t first_end = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()),
+                                                  match.tokens + options_.step_token_budget);
+      const int64_t pages_needed = (first_end + pool.page_size() - 1) / pool.page_size() -
+                                   static_cast<int64_t>(match.pages.size());
+      const int64_t available =
+          pool.free_pages() + (pools_->cache ? pools_->cache->evictable_pages() : 0);
+      if (pool.spec().attention_layers > 0 && available < pages_needed) {
+        for (int32_t p : match.pages) pool.free_page(p);
+        break;
+      }
       if (needs_slot) s.slot = pool.alloc_slot();
+      if (match.tokens > 0) {
+        s.pages = std::move(match.pages);
+        s.computed = match.tokens;
+        if (!s.started) s.cached = match.tokens;
+        if (match.checkpoint_slot >= 0) {
+          const StateViews& v = pool.views();
+          for (size_t l = 0; l < v.conv.size(); ++l) {
+            model_->backend().copy_slot(v.conv[l], match.checkpoint_slot, s.slot);
+            model_->backend().copy_slot(v.ssm[l], match.checkpoint_slot, s.slot);
+          }
+        }
+      }
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }
     metrics_.waiting = static_cast<int64_t>(waiting_.size());
   }
   for (auto& [seq, reason] : dropped) finish(*seq, reason);
+}
+
+void Engine::checkpoint_if_due(Sequence& s) {
+  PrefixCache* cache = pools_->cache.get();
+  const int64_t page = options_.page_size;
+  const int64_t c = s.computed;
+  if (!cache || c == 0 || c % page != 0) return;
+  const int64_t blocks = c / page;
+  if (!cache->hybrid()) return;  // KV alone resumes dense models: release() registers it
+  const int64_t hint = s.request.checkpoint_at >= 0 ? s.request.checkpoint_at / page * page : -1;
+  if (c == hint || c % options_.checkpoint_interval == 0) {
+    cache->insert(s.tokens, s.pages, blocks, s.slot, false);
+    return;
+  }
+  // Otherwise keep only this sequence's latest page boundary (the end of its turn, when it
+  // finishes): insert it, drop the previous one.
+  const int64_t previous = s.transient_blocks;
+  cache->insert(s.tokens, s.pages, blocks, s.slot, true);
+  s.transient_blocks = blocks;
+  if (previous > 0 && previous != blocks) cache->drop_transient(s.tokens, previous);
 }
 
 void Engine::preempt_newest() {
@@ -348,6 +420,17 @@ bool Engine::step() {
     int64_t end = std::min(len, s.computed + budget);
     if (end < len) end = end / page * page;
     if (end <= s.computed) continue;
+    // End a chunk where the checkpoint policy wants the recurrent state.
+    if (pools_->cache && pools_->cache->hybrid()) {
+      const int64_t hint = s.request.checkpoint_at >= 0 ? s.request.checkpoint_at / page * page : -1;
+      if (hint > s.computed && hint < end) end = hint;
+      const int64_t every = (s.computed / options_.checkpoint_interval + 1) * options_.checkpoint_interval;
+      if (every > s.computed && every < end) end = every;
+      // And at the prompt's last page boundary, so the state there can be kept: the next turn
+      // of an agent starts with this prompt and resumes from it.
+      const int64_t last = (len - 1) / page * page;
+      if (last > s.computed && last < end) end = last;
+    }
     if (!ensure_pages(s, end)) {
       // Take what fits, page-aligned.
       int64_t have = static_cast<int64_t>(s.pages.size()) * page;
@@ -406,6 +489,7 @@ bool Engine::step() {
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     s.computed = plan[i].begin + plan[i].count;
+    checkpoint_if_due(s);
     if (!plan[i].wants_logits) continue;
     const float* raw = out.last(static_cast<int64_t>(i));
     const float* logits = raw;
@@ -461,7 +545,7 @@ bool Engine::step() {
     ++metrics_.steps;
     metrics_.prompt_tokens += prompt_tokens;
     metrics_.generation_tokens += generated_tokens;
-    metrics_.prefix_query_tokens += prompt_tokens;
+    if (!pools_->cache) metrics_.prefix_query_tokens += prompt_tokens;
     for (double t : ttfts) metrics_.ttft.observe(t);
     for (double t : itls) metrics_.itl.observe(t);
   }

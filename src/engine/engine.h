@@ -35,6 +35,9 @@ struct GenerationRequest {
   int32_t top_logprobs = -1;                    // -1: no logprobs; 0..20: that many alternatives
   std::optional<SteadyClock::time_point> deadline;
   std::string conversation;                     // agent/conversation key (for state reuse)
+  // Position where a recurrent checkpoint pays off (the start of the last user message): the
+  // engine keeps the state at the page boundary at or before it. -1: none.
+  int64_t checkpoint_at = -1;
   // Optional constraint (e.g. JsonConstraint): masks logits before sampling; when it reports
   // complete() after a token, the request ends with FinishReason::stop.
   std::shared_ptr<LogitsProcessor> processor;
@@ -99,6 +102,10 @@ struct EngineOptions {
   int64_t max_queue = 1024;                    // waiting requests before submit() refuses
   int64_t max_context = 0;                     // 0: the model's max_position_embeddings
   GdnMode gdn_mode = GdnMode::aligned_chunks;
+  // Prefix cache: reuse the state of earlier requests' common prefixes.
+  bool prefix_cache = true;
+  int64_t checkpoint_slots = 32;        // recurrent checkpoints kept (hybrid models)
+  int64_t checkpoint_interval = 4096;   // also checkpoint every N prompt tokens
 };
 
 // Counters and histograms for /metrics (monotonic except the gauges).
@@ -123,6 +130,7 @@ struct EngineMetrics {
   uint64_t steps = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
   int64_t kv_bytes = 0, recurrent_bytes = 0, weight_bytes = 0;
+  int64_t cache_nodes = 0, cache_pages = 0, cache_checkpoints = 0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
   Histogram e2e{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
@@ -153,6 +161,7 @@ class Engine {
   void admit_waiting();
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
   void preempt_newest();
+  void checkpoint_if_due(Sequence& s);
   bool ensure_pages(Sequence& s, int64_t positions);
   void release(Sequence& s);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -136,8 +137,49 @@ std::vector<int64_t> logits_rows(const std::vector<LogitsMode>& modes,
 
 }  // namespace
 
+namespace {
+// Hashes dtype, shape and up to 4 KiB from each end of a tensor: enough to tell checkpoints
+// apart without reading hundreds of gigabytes at start-up.
+void hash_tensor(XXH3_state_t* st, const Tensor& t) {
+  if (t.empty()) return;
+  const int64_t meta[6] = {static_cast<int64_t>(t.dtype), t.ndim, t.shape[0], t.shape[1],
+                           t.shape[2], t.shape[3]};
+  XXH3_64bits_update(st, meta, sizeof meta);
+  const size_t n = t.nbytes(), edge = std::min<size_t>(n, 4096);
+  XXH3_64bits_update(st, t.data, edge);
+  XXH3_64bits_update(st, static_cast<const char*>(t.data) + (n - edge), edge);
+}
+
+uint64_t weights_fingerprint(const ModelConfig& c, const ModelWeights& w) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const int64_t shape[8] = {static_cast<int64_t>(c.arch), c.vocab_size, c.hidden_size,
+                            c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim};
+  XXH3_64bits_update(st, shape, sizeof shape);
+  auto layer = [&](const LayerWeights& l) {
+    for_each_matrix(l, [&](const Weight& m, MatrixRole) {
+      hash_tensor(st, m.w);
+      hash_tensor(st, m.scale);
+    });
+    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.attn.q_norm, &l.attn.k_norm,
+                            &l.gdn.conv, &l.gdn.A_log, &l.gdn.dt_bias, &l.gdn.norm}) {
+      hash_tensor(st, *t);
+    }
+  };
+  hash_tensor(st, w.embed.w);
+  hash_tensor(st, w.lm_head.w);
+  hash_tensor(st, w.final_norm);
+  for (const LayerWeights& l : w.layers) layer(l);
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+}  // namespace
+
 Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {}
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
+  fingerprint_ = weights_fingerprint(config_, weights_);
+}
 
 std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Backend> backend,
                                    const LoadOptions& options) {

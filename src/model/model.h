@@ -85,12 +85,16 @@ class Model {
   // batch 1 (embedding row + every dense matrix + the active experts + lm_head).
   int64_t parameter_count() const;
   size_t bytes_per_token() const;
+  // Identifies the weights (dtype, shape and sampled bytes of every tensor, plus the config
+  // shape): stored state is only reused by a model with the same fingerprint.
+  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   ModelConfig config_;
   ModelWeights weights_;
   std::shared_ptr<Backend> backend_;
   std::string source_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace hibana

@@ -83,18 +83,6 @@ std::string fingerprint_dir(uint64_t fp) {
 
 }  // namespace
 
-std::string BlockKey::hex() const {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
-                static_cast<unsigned long long>(lo));
-  return buf;
-}
-
-BlockKey BlockKey::of(std::span<const uint8_t> bytes) {
-  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  return {h.high64, h.low64};
-}
-
 // Whole-file reads and writes: io_uring when it can be set up, pread/pwrite otherwise.
 struct SsdStore::Io {
   bool uring = false;

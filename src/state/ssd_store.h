@@ -16,19 +16,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "state/block_key.h"
+
 namespace hibana {
-
-struct BlockKey {
-  uint64_t hi = 0, lo = 0;
-  bool operator==(const BlockKey& o) const { return hi == o.hi && lo == o.lo; }
-  std::string hex() const;
-  // xxh3-128 of arbitrary bytes.
-  static BlockKey of(std::span<const uint8_t> bytes);
-};
-
-struct BlockKeyHash {
-  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.hi ^ (k.lo * 0x9e3779b97f4a7c15ull)); }
-};
 
 struct SsdStoreOptions {
   std::string dir;

@@ -33,7 +33,7 @@ StatePool::StatePool(const StateSpec& spec, int64_t page_size, int64_t num_pages
     }
     for (int64_t s = num_slots - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
   }
-  page_used_.assign(num_pages, 0);
+  page_refs_.assign(num_pages, 0);
   slot_used_.assign(num_slots, 0);
 }
 
@@ -51,15 +51,20 @@ int32_t StatePool::alloc_page() {
   }
   int32_t p = free_pages_.back();
   free_pages_.pop_back();
-  page_used_[p] = 1;
+  page_refs_[p] = 1;
   return p;
 }
 
+void StatePool::retain_page(int32_t page) {
+  check(page >= 0 && page < num_pages_ && page_refs_[page] > 0, ErrorKind::internal,
+        "retaining a page that is not in use");
+  ++page_refs_[page];
+}
+
 void StatePool::free_page(int32_t page) {
-  check(page >= 0 && page < num_pages_ && page_used_[page], ErrorKind::internal,
+  check(page >= 0 && page < num_pages_ && page_refs_[page] > 0, ErrorKind::internal,
         "freeing a page that is not in use");
-  page_used_[page] = 0;
-  free_pages_.push_back(page);
+  if (--page_refs_[page] == 0) free_pages_.push_back(page);
 }
 
 int32_t StatePool::alloc_slot() {

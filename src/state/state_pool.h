@@ -23,9 +23,13 @@ class StatePool {
   int64_t free_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   size_t bytes() const;
 
-  // Throw Error(out_of_memory) when the pool is exhausted.
+  // Throw Error(out_of_memory) when the pool is exhausted. Pages are reference counted so the
+  // prefix cache and several sequences can share the KV of a common prefix: alloc_page() hands
+  // out one reference, retain_page() adds one, free_page() drops one and frees at zero.
   int32_t alloc_page();
+  void retain_page(int32_t page);
   void free_page(int32_t page);
+  int32_t page_refs(int32_t page) const { return page_refs_.at(page); }
   // A slot comes back zeroed (the state of an empty sequence).
   int32_t alloc_slot();
   void free_slot(int32_t slot);
@@ -37,7 +41,8 @@ class StatePool {
   std::vector<Buffer> buffers_;
   StateViews views_;
   std::vector<int32_t> free_pages_, free_slots_;
-  std::vector<uint8_t> page_used_, slot_used_;
+  std::vector<int32_t> page_refs_;
+  std::vector<uint8_t> slot_used_;
 };
 
 // The pages and slot of one sequence, returned to the pool on destruction.

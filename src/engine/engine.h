@@ -106,6 +106,10 @@ struct EngineOptions {
   bool prefix_cache = true;
   int64_t checkpoint_slots = 32;        // recurrent checkpoints kept (hybrid models)
   int64_t checkpoint_interval = 4096;   // also checkpoint every N prompt tokens
+  // SSD tier: blocks evicted from memory (and all of them at shutdown) are written here and
+  // restored when a returning conversation needs them. Empty: no SSD tier.
+  std::string cache_dir;
+  int64_t ssd_cache_bytes = int64_t(16) << 30;
 };
 
 // Counters and histograms for /metrics (monotonic except the gauges).
@@ -131,6 +135,11 @@ struct EngineMetrics {
   int64_t kv_pages_used = 0, kv_pages_total = 0;
   int64_t kv_bytes = 0, recurrent_bytes = 0, weight_bytes = 0;
   int64_t cache_nodes = 0, cache_pages = 0, cache_checkpoints = 0;
+  uint64_t device_hit_tokens = 0, ssd_hit_tokens = 0;
+  uint64_t spilled_bytes = 0, restored_bytes = 0, restored_blocks = 0, restores_declined = 0;
+  double restore_seconds = 0;
+  uint64_t ssd_blocks = 0, ssd_bytes = 0, ssd_corrupt = 0, ssd_write_failures = 0;
+  double prefill_tokens_per_second = 0, ssd_read_bytes_per_second = 0;  // measured at start
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
   Histogram e2e{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
@@ -162,6 +171,7 @@ class Engine {
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
   void preempt_newest();
   void checkpoint_if_due(Sequence& s);
+  struct TierCosts measure_costs();
   bool ensure_pages(Sequence& s, int64_t positions);
   void release(Sequence& s);
 

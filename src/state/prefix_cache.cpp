@@ -1,8 +1,11 @@
 #include "state/prefix_cache.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace hibana {
 
@@ -12,13 +15,113 @@ namespace {
 constexpr uint64_t kCheckpointCredit = 256;
 }  // namespace
 
+constexpr uint32_t kKindKv = 1;
+constexpr uint32_t kKindCheckpoint = 2;
+
 PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
-                         int64_t checkpoint_slots)
+                         int64_t checkpoint_slots, SsdStore* ssd, TierCosts costs)
     : pool_(pool),
       backend_(backend),
       fingerprint_(fingerprint),
       hybrid_(pool.spec().deltanet_layers > 0),
-      free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0) {}
+      free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0),
+      ssd_(ssd),
+      costs_(costs) {}
+
+size_t PrefixCache::page_bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : pool_.views().k_pages) b += 2 * t.nbytes() / static_cast<size_t>(t.shape[0]);
+  return b;
+}
+
+size_t PrefixCache::slot_bytes() const {
+  size_t b = 0;
+  const StateViews& v = pool_.views();
+  for (size_t l = 0; l < v.conv.size(); ++l) {
+    b += v.conv[l].nbytes() / static_cast<size_t>(v.conv[l].shape[0]);
+    b += v.ssm[l].nbytes() / static_cast<size_t>(v.ssm[l].shape[0]);
+  }
+  return b;
+}
+
+// The pool's memory is host memory on the CPU backend, so blocks are copied with memcpy; a
+// device backend would stage them through pinned buffers on a copy stream.
+std::vector<uint8_t> PrefixCache::pack_page(int32_t page) const {
+  std::vector<uint8_t> out;
+  out.reserve(page_bytes());
+  const StateViews& v = pool_.views();
+  for (size_t l = 0; l < v.k_pages.size(); ++l) {
+    for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
+      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
+      const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * page;
+      out.insert(out.end(), src, src + per);
+    }
+  }
+  return out;
+}
+
+void PrefixCache::unpack_page(std::span<const uint8_t> bytes, int32_t page) {
+  const StateViews& v = pool_.views();
+  size_t off = 0;
+  for (size_t l = 0; l < v.k_pages.size(); ++l) {
+    for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
+      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
+      std::memcpy(static_cast<uint8_t*>(t->data) + per * page, bytes.data() + off, per);
+      off += per;
+    }
+  }
+}
+
+std::vector<uint8_t> PrefixCache::pack_slot(int32_t slot) const {
+  std::vector<uint8_t> out;
+  out.reserve(slot_bytes());
+  const StateViews& v = pool_.views();
+  for (size_t l = 0; l < v.conv.size(); ++l) {
+    for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
+      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
+      const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * slot;
+      out.insert(out.end(), src, src + per);
+    }
+  }
+  return out;
+}
+
+bool PrefixCache::unpack_slot(std::span<const uint8_t> bytes, int32_t slot) {
+  if (bytes.size() != slot_bytes()) return false;
+  const StateViews& v = pool_.views();
+  size_t off = 0;
+  for (size_t l = 0; l < v.conv.size(); ++l) {
+    for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
+      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
+      std::memcpy(static_cast<uint8_t*>(t->data) + per * slot, bytes.data() + off, per);
+      off += per;
+    }
+  }
+  return true;
+}
+
+void PrefixCache::spill(const BlockKey& key, Node& node) {
+  if (!ssd_) return;
+  if (node.page >= 0 && !node.kv_on_ssd) {
+    std::vector<uint8_t> bytes = pack_page(node.page);
+    if (ssd_->put(key, kKindKv, bytes)) {
+      node.kv_on_ssd = true;
+      stats_.spilled_bytes += bytes.size();
+      ++stats_.spilled_blocks;
+    }
+  }
+  if (node.checkpoint >= 0 && !node.checkpoint_on_ssd) {
+    std::vector<uint8_t> bytes = pack_slot(node.checkpoint);
+    if (ssd_->put(checkpoint_key(key), kKindCheckpoint, bytes)) {
+      node.checkpoint_on_ssd = true;
+      stats_.spilled_bytes += bytes.size();
+    }
+  }
+}
+
+void PrefixCache::flush() {
+  for (auto& [key, node] : nodes_) spill(key, node);
+}
 
 PrefixCache::~PrefixCache() {
   for (auto& [key, n] : nodes_) {
@@ -50,29 +153,125 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
   stats_.query_tokens += static_cast<uint64_t>(n);
   if (n < 2) return m;
   const int64_t max_blocks = (n - 1) / ps;  // leave at least one token to compute
+
+  // Walk the chain through the device tier and, past it, the SSD tier.
+  struct Level {
+    BlockKey key;
+    bool kv_device, ckpt_device, ckpt_ssd;
+  };
+  std::vector<Level> levels;
+  int64_t usable_device = 0, usable_any = 0;
+  bool device_unbroken = true;
   BlockKey k{};
-  std::vector<const BlockKey*> chain;
-  std::vector<BlockKey> keys;
-  keys.reserve(max_blocks);
-  int64_t usable = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
     k = BlockKey::chain(k, tokens.subspan(i * ps, ps), fingerprint_);
     auto it = nodes_.find(k);
-    if (it == nodes_.end() || it->second.page < 0) break;
-    keys.push_back(k);
-    if (!hybrid_ || it->second.checkpoint >= 0) usable = i + 1;
+    const bool kv_device = it != nodes_.end() && it->second.page >= 0;
+    if (!kv_device && !(ssd_ && ssd_->contains(k))) break;
+    Level lv{k, kv_device, kv_device && it->second.checkpoint >= 0, false};
+    if (hybrid_ && !lv.ckpt_device && ssd_) lv.ckpt_ssd = ssd_->contains(checkpoint_key(k));
+    device_unbroken = device_unbroken && kv_device;
+    if (!hybrid_ || lv.ckpt_device || lv.ckpt_ssd) usable_any = i + 1;
+    if (device_unbroken && (!hybrid_ || lv.ckpt_device)) usable_device = i + 1;
+    levels.push_back(lv);
   }
-  if (usable == 0) return m;
+  int64_t target = usable_device;
+  if (usable_any > usable_device) {
+    // Restore from the SSD tier only when loading beats recomputing.
+    size_t bytes = 0;
+    for (int64_t i = 0; i < usable_any; ++i) bytes += levels[i].kv_device ? 0 : page_bytes();
+    if (hybrid_ && !levels[usable_any - 1].ckpt_device) bytes += slot_bytes();
+    const double load = costs_.ssd_read_bytes_per_second > 0
+                            ? static_cast<double>(bytes) / costs_.ssd_read_bytes_per_second
+                            : 0.0;
+    const double recompute = costs_.prefill_tokens_per_second > 0
+                                 ? static_cast<double>((usable_any - usable_device) * ps) /
+                                       costs_.prefill_tokens_per_second
+                                 : 1e30;
+    if (load < recompute) {
+      target = usable_any;
+    } else {
+      ++stats_.restores_declined;
+    }
+  }
+  if (target == 0) return m;
+
+  const auto t0 = std::chrono::steady_clock::now();
   const uint64_t now = ++clock_;
-  for (int64_t i = 0; i < usable; ++i) {
-    Node& node = nodes_.at(keys[i]);
-    node.last_use = now;
-    pool_.retain_page(node.page);
-    m.pages.push_back(node.page);
+  uint64_t restored = 0;
+  BlockKey parent{};
+  for (int64_t i = 0; i < target; ++i) {
+    const Level& lv = levels[i];
+    auto it = nodes_.find(lv.key);
+    if (it == nodes_.end() || it->second.page < 0) {
+      // Bring the block back from the SSD tier into a fresh page.
+      if (pool_.free_pages() == 0) evict_pages(1);
+      std::optional<std::vector<uint8_t>> bytes;
+      if (pool_.free_pages() > 0) bytes = ssd_->get(lv.key, kKindKv);
+      if (!bytes || bytes->size() != page_bytes()) {
+        target = i;  // corrupt, evicted meanwhile or no room: stop here
+        break;
+      }
+      const int32_t page = pool_.alloc_page();
+      unpack_page(*bytes, page);
+      auto [nit, fresh] = nodes_.try_emplace(lv.key);
+      Node& node = nit->second;
+      if (fresh) {
+        node.parent = parent;
+        node.depth = i + 1;
+        if (i > 0) ++nodes_.at(parent).children;
+        ++stats_.nodes;
+      }
+      node.page = page;  // the node holds the allocation's reference
+      node.kv_on_ssd = true;
+      ++stats_.pages;
+      ++stats_.restored_blocks;
+      stats_.restored_bytes += bytes->size();
+      restored += static_cast<uint64_t>(ps);
+      it = nit;
+    }
+    it->second.last_use = now;
+    pool_.retain_page(it->second.page);
+    m.pages.push_back(it->second.page);
+    parent = lv.key;
   }
-  m.tokens = usable * ps;
-  if (hybrid_) m.checkpoint_slot = nodes_.at(keys[usable - 1]).checkpoint;
+  // Hybrid models resume only at a checkpoint: the deepest one within the restored chain.
+  int64_t depth = static_cast<int64_t>(m.pages.size());
+  if (hybrid_) {
+    int64_t chosen = 0;
+    for (int64_t d = depth; d > 0 && chosen == 0; --d) {
+      Node& node = nodes_.at(levels[d - 1].key);
+      if (node.checkpoint >= 0) {
+        chosen = d;
+      } else if (levels[d - 1].ckpt_ssd) {
+        int32_t slot = take_checkpoint_slot();
+        std::optional<std::vector<uint8_t>> bytes;
+        if (slot >= 0) bytes = ssd_->get(checkpoint_key(levels[d - 1].key), kKindCheckpoint);
+        if (bytes && unpack_slot(*bytes, slot)) {
+          node.checkpoint = slot;
+          node.checkpoint_on_ssd = true;
+          ++stats_.checkpoints;
+          stats_.restored_bytes += bytes->size();
+          chosen = d;
+        } else if (slot >= 0) {
+          spare_slots_.push_back(slot);
+        }
+      }
+    }
+    for (int64_t d = depth; d > chosen; --d) pool_.free_page(m.pages[d - 1]);
+    m.pages.resize(chosen);
+    depth = chosen;
+    if (chosen > 0) m.checkpoint_slot = nodes_.at(levels[chosen - 1].key).checkpoint;
+  }
+  if (restored > 0) {
+    stats_.restore_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  m.tokens = depth * ps;
   stats_.hit_tokens += static_cast<uint64_t>(m.tokens);
+  const uint64_t from_ssd = std::min<uint64_t>(restored, static_cast<uint64_t>(m.tokens));
+  stats_.ssd_hit_tokens += from_ssd;
+  stats_.device_hit_tokens += static_cast<uint64_t>(m.tokens) - from_ssd;
   return m;
 }
 
@@ -88,10 +287,20 @@ int32_t PrefixCache::take_checkpoint_slot() {
   }
   // Reuse the least recently used checkpoint (its node keeps its KV).
   Node* victim = nullptr;
+  const BlockKey* victim_key = nullptr;
   for (auto& [key, n] : nodes_) {
-    if (n.checkpoint >= 0 && (!victim || n.last_use < victim->last_use)) victim = &n;
+    if (n.checkpoint >= 0 && (!victim || n.last_use < victim->last_use)) {
+      victim = &n;
+      victim_key = &key;
+    }
   }
   if (!victim) return -1;
+  if (ssd_ && !victim->checkpoint_on_ssd) {  // write-back before the slot is reused
+    std::vector<uint8_t> bytes = pack_slot(victim->checkpoint);
+    if (ssd_->put(checkpoint_key(*victim_key), kKindCheckpoint, bytes)) {
+      stats_.spilled_bytes += bytes.size();
+    }
+  }
   int32_t s = victim->checkpoint;
   victim->checkpoint = -1;
   victim->transient = false;
@@ -208,6 +417,7 @@ int64_t PrefixCache::evict_pages(int64_t want) {
       }
     }
     if (!best) break;
+    spill(*best, nodes_.at(*best));  // write-back to the next tier
     remove(*best);
     ++freed;
   }

@@ -7,6 +7,12 @@
 // Pages are shared by reference count: the cache holds one reference per node, and every
 // sequence resumed from it holds its own. Leaves no sequence uses are evicted least recently
 // used first (checkpointed nodes, dearer to recompute, get a head start) when pages run short.
+//
+// With an SSD tier, evicted blocks (and their checkpoints) are written back to the SsdStore
+// under the same keys, and flush() writes every block on a clean shutdown; a lookup continues
+// the chain through blocks found only on disk and restores them when the cost model says
+// loading beats recomputing. (On the CPU backend the device pool is host memory, so there is
+// no separate host tier.)
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "state/block_key.h"
+#include "state/ssd_store.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -27,15 +34,26 @@ struct PrefixMatch {
 };
 
 struct PrefixCacheStats {
-  uint64_t query_tokens = 0, hit_tokens = 0;
+  uint64_t query_tokens = 0, hit_tokens = 0;  // hit_tokens: resumed from any tier
+  uint64_t device_hit_tokens = 0, ssd_hit_tokens = 0;
   int64_t nodes = 0, checkpoints = 0, pages = 0;
   uint64_t evicted_pages = 0, evicted_checkpoints = 0;
+  uint64_t spilled_bytes = 0, restored_bytes = 0, spilled_blocks = 0, restored_blocks = 0;
+  uint64_t restores_declined = 0;  // SSD blocks left on disk because recomputing was cheaper
+  double restore_seconds = 0;      // total time spent restoring from SSD
+};
+
+// Measured rates for deciding between restoring from the SSD tier and recomputing.
+struct TierCosts {
+  double prefill_tokens_per_second = 0;  // 0: always restore
+  double ssd_read_bytes_per_second = 0;  // 0: always restore
 };
 
 class PrefixCache {
  public:
   // `checkpoint_slots` recurrent slots of the pool are reserved for checkpoints.
-  PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint, int64_t checkpoint_slots);
+  PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint, int64_t checkpoint_slots,
+              SsdStore* ssd = nullptr, TierCosts costs = {});
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -55,6 +73,8 @@ class PrefixCache {
   int64_t evict_pages(int64_t want);
   PrefixCacheStats stats() const;
   bool hybrid() const { return hybrid_; }
+  // Writes every block and checkpoint not yet on the SSD tier (a clean shutdown).
+  void flush();
 
  private:
   struct Node {
@@ -65,7 +85,18 @@ class PrefixCache {
     bool transient = false;
     int32_t children = 0;
     uint64_t last_use = 0;
+    bool kv_on_ssd = false, checkpoint_on_ssd = false;
   };
+  // SSD payloads of one block: the K and V rows of every attention layer for its page, and
+  // the recurrent state of every DeltaNet layer.
+  std::vector<uint8_t> pack_page(int32_t page) const;
+  void unpack_page(std::span<const uint8_t> bytes, int32_t page);
+  std::vector<uint8_t> pack_slot(int32_t slot) const;
+  bool unpack_slot(std::span<const uint8_t> bytes, int32_t slot);
+  void spill(const BlockKey& key, Node& node);
+  static BlockKey checkpoint_key(const BlockKey& k) { return {k.hi ^ 0x6368656b706f696eull, k.lo}; }
+  size_t page_bytes() const;
+  size_t slot_bytes() const;
   BlockKey key_at(std::span<const int32_t> tokens, int64_t blocks) const;
   void copy_state(int32_t from, int32_t to);
   int32_t take_checkpoint_slot();
@@ -78,6 +109,8 @@ class PrefixCache {
   int64_t free_checkpoint_slots_;
   std::vector<int32_t> spare_slots_;
   std::unordered_map<BlockKey, Node, BlockKeyHash> nodes_;
+  SsdStore* ssd_;
+  TierCosts costs_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;
 };

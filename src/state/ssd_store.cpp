@@ -300,6 +300,13 @@ void SsdStore::evict_to(uint64_t limit) {
   }
 }
 
+void SsdStore::clear_block(const BlockKey& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!index_.count(key)) return;
+  ::unlink(path_of(key).c_str());
+  forget(key);
+}
+
 void SsdStore::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [key, e] : index_) ::unlink(path_of(key).c_str());

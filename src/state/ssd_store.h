@@ -46,6 +46,7 @@ class SsdStore {
   // The payload of a block of this kind, or nullopt (absent, corrupt, another model's).
   std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind);
   bool contains(const BlockKey& key) const;
+  void clear_block(const BlockKey& key);
   void clear();
   SsdStoreStats stats() const;
 

@@ -14,8 +14,11 @@ void add_eval_command(CLI::App& app, Action& action);
 void add_info_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_perplexity_command(CLI::App& app, Action& action);
+void add_cache_command(CLI::App& app, Action& action);
+void add_launch_command(CLI::App& app, Action& action);
 void add_template_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
+void add_serve_command(CLI::App& app, Action& action);
 
 }  // namespace hibana::cli

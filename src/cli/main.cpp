@@ -23,9 +23,12 @@ int main(int argc, char** argv) {
   cli::add_info_command(app, action);
   cli::add_bench_command(app, action);
   cli::add_perplexity_command(app, action);
+  cli::add_cache_command(app, action);
+  cli::add_launch_command(app, action);
   cli::add_template_command(app, action);
   cli::add_tokenize_command(app, action);
   cli::add_detokenize_command(app, action);
+  cli::add_serve_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

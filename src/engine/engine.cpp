@@ -395,6 +395,11 @@ void Engine::admit_waiting() {
           }
         }
       }
+      RequestUsage u;  // known at admission, so a stream's first event can report it
+      u.prompt_tokens = s.prompt_len;
+      u.completion_tokens = s.generated;
+      u.cached_tokens = s.cached;
+      s.stream->set_usage(u);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }

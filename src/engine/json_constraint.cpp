@@ -49,6 +49,18 @@ bool JsonRecogniser::number_can_end() const {
 }
 
 bool JsonRecogniser::feed_one(char c) {
+  // Between tokens at most one whitespace byte in a row: a weak model would otherwise fill its
+  // whole budget with spaces, which stay valid JSON forever. (Numbers and literals end on
+  // whitespace and re-feed it, so they are left to the state they end in.)
+  if (state_ != S::string && state_ != S::escape && state_ != S::unicode &&
+      state_ != S::number && state_ != S::literal) {
+    if (is_ws(c)) {
+      if (ws_run_ >= 1) return false;
+      ++ws_run_;
+    } else {
+      ws_run_ = 0;
+    }
+  }
   switch (state_) {
     case S::done:
       return false;  // one document, nothing after it

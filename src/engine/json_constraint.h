@@ -53,6 +53,7 @@ class JsonRecogniser {
   std::string literal_;      // the literal being matched
   size_t literal_pos_ = 0;
   bool done_ = false;
+  int ws_run_ = 0;  // whitespace bytes in a row outside strings
 };
 
 // A LogitsProcessor for one JSON document over a tokenizer's vocabulary. token_bytes[i] is the

@@ -30,6 +30,8 @@ TEST(JsonRecogniser, RejectsInvalidBytesAndKeepsItsState) {
                           "{\"a\":\"\\x\"}", "{} x", "{\"a\":1}}", "{\"a\":-}"}) {
     EXPECT_FALSE(accepts(bad)) << bad;
   }
+  EXPECT_FALSE(accepts("{  }")) << "whitespace runs are capped at one byte";
+  EXPECT_FALSE(accepts("{\"a\":\n  1}"));
   JsonRecogniser r;
   ASSERT_TRUE(r.feed("{\"a\":"));
   EXPECT_FALSE(r.feed("}"));  // rejected bytes leave the state as it was

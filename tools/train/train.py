@@ -59,8 +59,7 @@ CHAT_TEMPLATE = r"""{%- if tools %}<|im_start|>system
 </think>
 
 {% endif %}{{ message.content if message.content else '' }}
-{%- if message.tool_calls %}{% for call in message.tool_calls %}
-<tool_call>
+{%- if message.tool_calls %}{% for call in message.tool_calls %}{{ '\n' }}<tool_call>
 {"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson if call.function.arguments is mapping else call.function.arguments }}}
 </tool_call>{% endfor %}{% endif %}<|im_end|>
 {% else %}<|im_start|>{{ message.role }}

@@ -1,0 +1,181 @@
+// hibana serve [MODEL]: the OpenAI and Anthropic HTTP APIs over the engine. The server listens
+// at once (GET /health answers 503 while the model loads) and stops on SIGINT or SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "server/auth.h"
+#include "server/byte_size.h"
+#include "server/http_server.h"
+#include "server/served_model.h"
+
+namespace hibana::cli {
+
+namespace {
+
+struct ServeArgs {
+  ModelArgs model;
+  std::string host = "127.0.0.1";
+  int port = 30001;
+  std::vector<std::string> api_keys;
+  bool insecure_no_auth = false;
+  std::string max_body_size = "64MiB";
+  std::vector<std::string> cors_origins;
+  std::vector<std::string> served_names;
+  std::string kv_cache_size = "1GiB";
+  int64_t max_seqs = 32;
+  int64_t step_tokens = 512;
+  int64_t max_queue = 1024;
+  int64_t max_context = 0;
+  int http_threads = 256;
+  bool exact = false;
+  bool no_prefix_cache = false;
+  std::string cache_dir;
+  std::string ssd_cache_size = "16GiB";
+};
+
+// The name clients use: the model directory's name, or ORG/NAME (without @REVISION) as given
+// for the hub cache.
+std::string default_served_name(const std::string& model_arg, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!model_arg.empty() && !fs::is_directory(model_arg, ec)) {
+    return model_arg.substr(0, model_arg.find('@'));
+  }
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+int serve(const ServeArgs& a) {
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_keys = a.api_keys;
+  so.cors_origins = a.cors_origins;
+  so.threads = a.http_threads;
+  so.max_body_bytes =
+      static_cast<size_t>(server::parse_byte_size(a.max_body_size, "--max-body-size"));
+  check(a.port >= 0 && a.port <= 65535, ErrorKind::invalid_argument, "--port must be 0..65535");
+  if (!server::is_loopback_host(a.host) && a.api_keys.empty() && !a.insecure_no_auth) {
+    throw Error(ErrorKind::invalid_argument,
+                "binding " + a.host +
+                    " exposes the server beyond this machine: give --api-key "
+                    "KEY (or HIBANA_API_KEY), or --insecure-no-auth to serve without a key");
+  }
+  EngineOptions eo;
+  eo.kv_cache_bytes = server::parse_byte_size(a.kv_cache_size, "--kv-cache-size");
+  eo.max_sequences = a.max_seqs;
+  eo.step_token_budget = a.step_tokens;
+  eo.max_queue = a.max_queue;
+  eo.max_context = a.max_context;
+  eo.gdn_mode = a.exact ? GdnMode::recurrent : GdnMode::aligned_chunks;
+  eo.prefix_cache = !a.no_prefix_cache;
+  eo.cache_dir = a.cache_dir;
+  eo.ssd_cache_bytes = server::parse_byte_size(a.ssd_cache_size, "--ssd-cache-size");
+  check(eo.kv_cache_bytes > 0 && eo.max_sequences > 0 && eo.step_token_budget > 0 &&
+            eo.max_queue > 0 && eo.max_context >= 0,
+        ErrorKind::invalid_argument,
+        "--kv-cache-size, --max-seqs, --step-tokens and --max-queue must be positive");
+
+  // SIGINT/SIGTERM (stop) and SIGUSR1 (the model failed to load) are taken by sigwait below;
+  // blocking them first makes every thread started from here on inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  server::HttpServer http(so);
+  const int port = http.start();
+  log_info("hibana serve: listening on http://", a.host, ":", port, " (loading the model)");
+
+  std::optional<Error> failure;
+  std::shared_ptr<const server::ServedModel> served;
+  std::thread loader([&] {
+    try {
+      std::shared_ptr<const Model> model = a.model.load();
+      const std::string dir = model->source();
+      auto engine = std::make_shared<Engine>(model, eo);
+      std::vector<std::string> names = a.served_names;
+      if (names.empty()) names.push_back(default_served_name(a.model.model, dir));
+      auto m = server::ServedModel::open(dir, names, server::make_engine_service(engine));
+      if (!m->prompts) log_warn("the model has no chat template: only /v1/completions works");
+      log_info("ready: serving '", names.front(), "' (context ", m->max_context(),
+               " tokens) on http://", a.host, ":", port);
+      served = std::move(m);
+      http.set_model(served);
+    } catch (const Error& e) {
+      failure = e;
+    } catch (const std::exception& e) {
+      failure = Error(ErrorKind::internal, e.what());
+    }
+    if (failure) {
+      http.set_failed(std::string("Model failed to load: ") + failure->what());
+      kill(getpid(), SIGUSR1);
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  if (sig != SIGUSR1)
+    log_info("hibana serve: stopping (", sig == SIGINT ? "SIGINT" : "SIGTERM", ")");
+  http.stop();
+  loader.join();
+  if (failure) throw *failure;
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve the OpenAI and Anthropic HTTP APIs");
+  args->model.add_to(*cmd);
+  cmd->add_option("model_dir", args->model.model,
+                  "model directory or Hugging Face ORG/NAME (default: the embedded model)");
+  cmd->add_option("--host", args->host, "address to bind (default 127.0.0.1)");
+  cmd->add_option("--port", args->port, "port to bind (default 30001; 0: any free port)");
+  cmd->add_option("--api-key", args->api_keys,
+                  "key clients must send (Authorization: Bearer KEY or x-api-key: KEY); repeatable")
+      ->envname("HIBANA_API_KEY");
+  cmd->add_flag("--insecure-no-auth", args->insecure_no_auth,
+                "allow a non-loopback --host without --api-key");
+  cmd->add_option("--max-body-size", args->max_body_size, "largest request body (default 64MiB)");
+  cmd->add_option("--cors-origin", args->cors_origins,
+                  "allow browser requests from this origin ('*': any); repeatable (default: none)");
+  cmd->add_option("--served-model-name", args->served_names,
+                  "name(s) clients use for the model (default: the model directory's name)");
+  cmd->add_option("--kv-cache-size", args->kv_cache_size,
+                  "memory for the KV cache of all sequences (default 1GiB; e.g. 512MiB, 8GiB)");
+  cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
+  cmd->add_option("--step-tokens", args->step_tokens,
+                  "tokens per forward pass, decode plus prefill (default 512)");
+  cmd->add_option("--max-queue", args->max_queue,
+                  "requests waiting before new ones get 429 (default 1024)");
+  cmd->add_option("--max-context", args->max_context,
+                  "context length in tokens (default: the model's)");
+  cmd->add_option("--http-threads", args->http_threads, "connections served at once (default 256)");
+  cmd->add_flag("--no-prefix-cache", args->no_prefix_cache,
+                "recompute every prompt instead of reusing earlier requests' state");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "directory for the SSD tier of the prefix cache (default: none)");
+  cmd->add_option("--ssd-cache-size", args->ssd_cache_size,
+                  "largest size of the SSD tier (default 16GiB)");
+  cmd->add_flag("--exact", args->exact,
+                "recurrent form for every DeltaNet token (bit-identical for any chunking)");
+  cmd->callback([&action, args] { action = [args] { return serve(*args); }; });
+}
+
+}  // namespace hibana::cli

@@ -37,6 +37,7 @@ struct ServeArgs {
   int64_t step_tokens = 512;
   int64_t max_queue = 1024;
   int64_t max_context = 0;
+  int64_t max_output_tokens = 0;
   int http_threads = 256;
   bool exact = false;
   bool no_prefix_cache = false;
@@ -87,6 +88,8 @@ int serve(const ServeArgs& a) {
             eo.max_queue > 0 && eo.max_context >= 0,
         ErrorKind::invalid_argument,
         "--kv-cache-size, --max-seqs, --step-tokens and --max-queue must be positive");
+  check(a.max_output_tokens >= 0, ErrorKind::invalid_argument,
+        "--max-output-tokens must be 0 (no limit) or positive");
 
   // SIGINT/SIGTERM (stop) and SIGUSR1 (the model failed to load) are taken by sigwait below;
   // blocking them first makes every thread started from here on inherit the mask.
@@ -111,6 +114,7 @@ int serve(const ServeArgs& a) {
       std::vector<std::string> names = a.served_names;
       if (names.empty()) names.push_back(default_served_name(a.model.model, dir));
       auto m = server::ServedModel::open(dir, names, server::make_engine_service(engine));
+      m->max_output_tokens = a.max_output_tokens;
       if (!m->prompts) log_warn("the model has no chat template: only /v1/completions works");
       log_info("ready: serving '", names.front(), "' (context ", m->max_context(),
                " tokens) on http://", a.host, ":", port);
@@ -166,6 +170,9 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "requests waiting before new ones get 429 (default 1024)");
   cmd->add_option("--max-context", args->max_context,
                   "context length in tokens (default: the model's)");
+  cmd->add_option("--max-output-tokens", args->max_output_tokens,
+                  "most tokens one reply may generate, whatever the request asks (default 0: up "
+                  "to the end of the context)");
   cmd->add_option("--http-threads", args->http_threads, "connections served at once (default 256)");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache,
                 "recompute every prompt instead of reusing earlier requests' state");

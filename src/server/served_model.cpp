@@ -1,5 +1,6 @@
 #include "server/served_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -137,8 +138,11 @@ GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions
   GenerationRequest& r = first.request;
   r.prompt = std::move(prompt);
   const int64_t room = context - n;
-  if (options.max_tokens && *options.max_tokens <= room) {
+  const int64_t cap = model.max_output_tokens > 0 ? model.max_output_tokens : room;
+  if (options.max_tokens && *options.max_tokens <= std::min(room, cap)) {
     r.max_tokens = *options.max_tokens;
+  } else if (cap < room) {
+    r.max_tokens = cap;  // the server's limit: an ordinary "length" finish
   } else {
     r.max_tokens = room;
     first.max_tokens_is_context_limit = true;

@@ -35,6 +35,9 @@ struct ServedModel {
   std::shared_ptr<const std::vector<std::string>> token_bytes;
   std::shared_ptr<GenerationService> service;
   int64_t created = 0;  // unix seconds
+  // Most tokens one choice may generate (0: up to the end of the context). Requests asking
+  // for more, or giving no limit, are capped here and finish with "length".
+  int64_t max_output_tokens = 0;
 
   // Loads tokenizer, template and defaults from `dir` (the engine is set by the caller).
   static std::unique_ptr<ServedModel> open(const std::string& dir, std::vector<std::string> names,
@@ -50,7 +53,8 @@ struct ServedModel {
 };
 
 // The engine requests for a prompt's n choices: context check (400 with both counts),
-// max_tokens (up to the context's end when absent or larger), sampling defaults, a random seed
+// max_tokens (up to the context's end when absent or larger, and at most the model's
+// max_output_tokens when set), sampling defaults, a random seed
 // unless one was given (choice i uses seed + i), stop strings and token ids. Choice i > 0 gets
 // the conversation key "KEY#i". `checkpoint_at` and `constraint` come from the PromptPlan
 // (each choice gets its own JSON constraint).

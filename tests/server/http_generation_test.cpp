@@ -336,11 +336,11 @@ TEST_F(HttpApi, AnthropicToolUseRoundTrip) {
   Reply second = post(*server, "/v1/messages", body);
   ASSERT_EQ(second.status, 200) << second.body;
   std::string prompt = tiny_tokenizer()->decode(fake->requests().at(1).prompt);
-  // (This template writes the call right after the text, without the model's newline.)
+  // (The template puts the call on its own line after the text.)
   EXPECT_THAT(
       prompt,
       HasSubstr(
-          "Checking.<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}"));
+          "Checking.\n<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}"));
   EXPECT_THAT(
       prompt,
       HasSubstr("<tool_response>\na.txt\n</tool_response><|im_end|>\n<|im_start|>user\nwhat now?"));
@@ -527,6 +527,29 @@ TEST_F(HttpApi, Completions) {
   EXPECT_EQ(events.back().data, "[DONE]");
   EXPECT_EQ(events[events.size() - 2].json_data["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(post(*server, "/v1/completions", json{{"prompt", 5}}).status, 400);
+}
+
+}  // namespace
+}  // namespace hibana::test
+
+namespace hibana::test {
+namespace {
+
+TEST_F(HttpApi, ServerOutputLimitCapsEveryRequest) {
+  server.reset();
+  auto model = fake_model(fake);
+  model->max_output_tokens = 7;
+  server = std::make_unique<TestServer>(model, options);
+  post(*server, "/v1/chat/completions", user_chat("hi"));                         // no limit
+  post(*server, "/v1/chat/completions", user_chat("hi", {{"max_tokens", 100}}));  // larger
+  post(*server, "/v1/chat/completions", user_chat("hi", {{"max_tokens", 3}}));    // smaller
+  post(*server, "/v1/messages", user_message("hi", {{"max_tokens", 32000}}));
+  auto reqs = fake->requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[0].max_tokens, 7);
+  EXPECT_EQ(reqs[1].max_tokens, 7);
+  EXPECT_EQ(reqs[2].max_tokens, 3);
+  EXPECT_EQ(reqs[3].max_tokens, 7);
 }
 
 }  // namespace

@@ -99,7 +99,9 @@ std::map<std::string, TensorInfo> parse_safetensors(const uint8_t* data, size_t 
       if (!d.is_number_unsigned()) corrupt(what, where + " has a shape entry that is not a size");
       uint64_t v = d.get<uint64_t>();
       numel *= v;
-      if (numel > (static_cast<unsigned __int128>(1) << 62)) {
+      // Each dimension too: after a 0 the product stays 0, and a dimension past int64 would
+      // come out negative.
+      if (v > (uint64_t{1} << 62) || numel > (static_cast<unsigned __int128>(1) << 62)) {
         corrupt(what, where + " has an impossibly large shape");
       }
       info.shape.push_back(static_cast<int64_t>(v));

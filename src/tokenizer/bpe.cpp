@@ -34,7 +34,9 @@ BpeModel::BpeModel(const TokenizerSpec& spec) {
 
   std::string joined;
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-    const auto& [left, right] = spec.merges[rank];
+    // Not a structured binding: clang 14 cannot capture those in a lambda.
+    const std::string& left = spec.merges[rank].first;
+    const std::string& right = spec.merges[rank].second;
     auto missing = [&](const std::string& what) {
       return Error(ErrorKind::corrupt_data, spec.source + ": merge " + std::to_string(rank + 1) +
                                                 " ('" + left + " " + right + "') " + what);

@@ -1,4 +1,5 @@
 // Attribute and item access, method calls on str/dict/list, iteration, slicing, globals.
+#include <charconv>
 #include <chrono>
 #include <ctime>
 
@@ -64,6 +65,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
       if (count < 0 || done < count) {
         out += repl;
         ++done;
+        check_string_size(out.size());
       }
       append_utf8(out, c);
     }
@@ -77,6 +79,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (hit == std::string::npos) break;
     out.append(s, pos, hit - pos);
     out += repl;
+    check_string_size(out.size());
     pos = hit + old.size();
     ++done;
   }
@@ -85,6 +88,10 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
 }
 
 Value string_list(const std::vector<std::string>& parts) {
+  if (parts.size() > kMaxListItems) {
+    render_fail("the template splits a string into " + std::to_string(parts.size()) +
+                " parts, over the limit of " + std::to_string(kMaxListItems));
+  }
   std::vector<Value> items;
   items.reserve(parts.size());
   for (const auto& p : parts) items.emplace_back(p);
@@ -120,12 +127,17 @@ std::string py_format(const std::string& fmt, const CallArgs& args) {
     if (field.empty()) {
       v = args.get(auto_index++, "\x01");
     } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
-      v = args.get(static_cast<size_t>(std::stoul(field)), "\x01");
+      size_t index = 0;
+      auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), index);
+      if (error != std::errc() || end != field.data() + field.size())
+        render_fail("unsupported str.format field");
+      v = args.get(index, "\x01");
     } else {
       v = args.get(SIZE_MAX, field);
     }
     if (v.is_undefined() && !args.has(SIZE_MAX, field)) render_fail("missing str.format argument");
     out += v.to_str();
+    check_string_size(out.size());  // '{0}{0}{0}'.format(s) repeats s
     i = close;
   }
   return out;
@@ -359,8 +371,13 @@ std::vector<Value> iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::string: {
+      std::u32string text = utf8_to_u32(v.str());
+      if (text.size() > kMaxListItems) {  // a value per character: ~100 bytes for each
+        render_fail("the template iterates over " + std::to_string(text.size()) +
+                    " characters, over the limit of " + std::to_string(kMaxListItems));
+      }
       std::vector<Value> chars;
-      for (char32_t c : utf8_to_u32(v.str())) chars.emplace_back(u32_to_utf8(std::u32string(1, c)));
+      for (char32_t c : text) chars.emplace_back(u32_to_utf8(std::u32string(1, c)));
       return chars;
     }
     default:
@@ -406,7 +423,10 @@ Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v,
   int64_t start = adjust(start_v, step < 0 ? n - 1 : 0);
   int64_t stop = adjust(stop_v, step < 0 ? -1 : n);
   std::vector<int64_t> picks;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picks.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    picks.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // a step past int64 leaves the range
+  }
   if (obj.is_array()) {
     std::vector<Value> out;
     for (int64_t i : picks) out.push_back(obj.items()[static_cast<size_t>(i)]);
@@ -431,10 +451,11 @@ void install_globals(Scope& scope) {
     }
     if (step == 0) render_fail("range() arg 3 must not be zero");
     std::vector<Value> out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (out.size() >= 100000)
         render_fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.emplace_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;  // a step past int64 leaves the range
     }
     return Value::array(std::move(out));
   });

@@ -2,6 +2,7 @@
 // (with str/dict/list methods), and the global functions transformers provides.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -30,6 +31,14 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 
 // range, namespace, dict, raise_exception, strftime_now.
 void install_globals(Scope& scope);
+
+// Integers are 64-bit here (Python's are unbounded): a result that does not fit fails the
+// render, never wraps or saturates.
+int64_t checked_add(int64_t x, int64_t y);
+int64_t checked_sub(int64_t x, int64_t y);
+int64_t checked_mul(int64_t x, int64_t y);
+// int(d): truncates; fails for NaN and values outside int64.
+int64_t float_to_int(double d);
 
 }  // namespace hibana::jinja
 

@@ -38,8 +38,19 @@ auto at_line(int line, F&& f) -> decltype(f()) {
 }
 
 Value repeat(const Value& seq, int64_t times) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
+  if (times <= 0 || unit == 0)
+    return seq.is_string() ? Value("") : Value::array({}, seq.is_tuple());
+  // 'x' * 10**12 fails before it allocates.
+  const size_t limit = seq.is_string() ? kMaxStringBytes : kMaxListItems;
+  if (static_cast<uint64_t>(times) > limit / unit) {
+    render_fail("the template repeats a " + std::string(seq.type_name()) + " " +
+                std::to_string(times) + " times, over the limit of " + std::to_string(limit) +
+                (seq.is_string() ? " bytes" : " items"));
+  }
   if (seq.is_string()) {
     std::string out;
+    out.reserve(unit * static_cast<size_t>(times));
     for (int64_t i = 0; i < times; ++i) out += seq.str();
     return Value(out);
   }
@@ -50,7 +61,10 @@ Value repeat(const Value& seq, int64_t times) {
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      check_string_size(a.str().size() + b.str().size());
+      return Value(a.str() + b.str());
+    }
     if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
@@ -83,16 +97,20 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value(m);
   }
   int64_t x = a.as_int(), y = b.as_int();
-  if (op == "+") return Value(x + y);
-  if (op == "-") return Value(x - y);
-  if (op == "*") return Value(x * y);
+  if (op == "+") return Value(checked_add(x, y));
+  if (op == "-") return Value(checked_sub(x, y));
+  if (op == "*") return Value(checked_mul(x, y));
   if (op == "**") {
     if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-    int64_t r = 1;
-    for (int64_t i = 0; i < y; ++i) r *= x;
+    int64_t r = 1;  // by squaring: x*x only overflows when the result would
+    for (; y > 0; y >>= 1) {
+      if (y & 1) r = checked_mul(r, x);
+      if (y > 1) x = checked_mul(x, x);
+    }
     return Value(r);
   }
   if (y == 0) render_fail("integer division or modulo by zero");
+  if (y == -1) return op == "//" ? Value(checked_sub(0, x)) : Value(int64_t{0});  // MIN / -1
   int64_t q = x / y, m = x % y;
   if (m != 0 && ((m < 0) != (y < 0))) {
     --q;
@@ -137,6 +155,31 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 
 }  // namespace
 
+int64_t checked_add(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_add_overflow(x, y, &r)) render_fail("integer overflow");
+  return r;
+}
+
+int64_t checked_sub(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_sub_overflow(x, y, &r)) render_fail("integer overflow");
+  return r;
+}
+
+int64_t checked_mul(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_mul_overflow(x, y, &r)) render_fail("integer overflow");
+  return r;
+}
+
+int64_t float_to_int(double d) {
+  if (!(d >= -0x1p63 && d < 0x1p63)) {
+    render_fail("cannot convert float " + py_float_repr(d) + " to a 64-bit integer");
+  }
+  return static_cast<int64_t>(d);
+}
+
 CallArgs Arguments::evaluate(Context& ctx, int line) const {
   CallArgs args;
   args.line = line;
@@ -173,12 +216,14 @@ Value DictLiteral::eval(Context& ctx) const {
 
 Value GetAttr::eval(Context& ctx) const {
   Value o = object->eval(ctx);
+  ctx.spend_on_scan(o);  // the methods of strings and lists walk them
   return at_line(line, [&] { return get_attribute(o, name); });
 }
 
 Value GetItem::eval(Context& ctx) const {
   Value o = object->eval(ctx);
   Value k = key->eval(ctx);
+  if (o.is_string()) ctx.spend_on_scan(o);  // s[i] counts code points
   return at_line(line, [&] { return get_item(o, k); });
 }
 
@@ -187,18 +232,28 @@ Value SliceExpr::eval(Context& ctx) const {
   Value a = start ? start->eval(ctx) : Value::none();
   Value b = stop ? stop->eval(ctx) : Value::none();
   Value c = step ? step->eval(ctx) : Value::none();
-  return at_line(line, [&] { return slice_value(o, a, b, c); });
+  ctx.spend_on_scan(o);
+  Value result = at_line(line, [&] { return slice_value(o, a, b, c); });
+  ctx.spend_on(result);
+  return result;
 }
 
 Value CallExpr::eval(Context& ctx) const {
   Value f = callee->eval(ctx);
   CallArgs a = args.evaluate(ctx, line);
-  return at_line(line, [&] { return call_value(f, a); });
+  Value result = at_line(line, [&] { return call_value(f, a); });
+  ctx.spend_on(result);
+  return result;
 }
 
 Value FilterExpr::apply(Context& ctx, const Value& in) const {
   CallArgs a = args.evaluate(ctx, line);
-  return at_line(line, [&] { return apply_filter(name, in, a); });
+  // Filters walk their input, except these on lists (messages|length is common in loops).
+  if (in.is_string() || (name != "length" && name != "count" && name != "default" && name != "d"))
+    ctx.spend_on_scan(in);
+  Value result = at_line(line, [&] { return apply_filter(name, in, a); });
+  ctx.spend_on(result);
+  return result;
 }
 
 Value FilterExpr::eval(Context& ctx) const {
@@ -208,6 +263,7 @@ Value FilterExpr::eval(Context& ctx) const {
 Value TestExpr::eval(Context& ctx) const {
   Value in = input->eval(ctx);
   CallArgs a = args.evaluate(ctx, line);
+  for (const Value& arg : a.positional) ctx.spend_on_scan(arg);  // x is in(seq), is eq(...)
   return at_line(line, [&] { return Value(apply_test(name, in, a)); });
 }
 
@@ -219,7 +275,7 @@ Value UnaryExpr::eval(Context& ctx) const {
     if (!v.is_number())
       render_fail(std::string("bad operand type for unary ") + op + ": '" + v.type_name() + "'");
     if (op == "+") return v.is_float() ? Value(v.as_double()) : Value(v.as_int());
-    return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
+    return v.is_float() ? Value(-v.as_double()) : Value(checked_sub(0, v.as_int()));
   });
 }
 
@@ -234,14 +290,24 @@ Value BinaryExpr::eval(Context& ctx) const {
   }
   Value l = lhs->eval(ctx);
   Value r = rhs->eval(ctx);
-  if (op == "~") return Value(l.to_str() + r.to_str());
-  return at_line(line, [&] { return arithmetic(op, l, r); });
+  Value result = at_line(line, [&] {
+    if (op != "~") return arithmetic(op, l, r);
+    std::string text = l.to_str();
+    std::string right = r.to_str();
+    check_string_size(text.size() + right.size());
+    return Value(text + right);
+  });
+  ctx.spend_on(result);
+  return result;
 }
 
 Value CompareExpr::eval(Context& ctx) const {
   Value left = first->eval(ctx);
-  for (const auto& [op, e] : rest) {
-    Value right = e->eval(ctx);
+  for (const auto& step : rest) {  // not a structured binding: clang 14 cannot capture those
+    const std::string& op = step.first;
+    Value right = step.second->eval(ctx);
+    ctx.spend_on_scan(left);  // 'x' in s, list == list
+    ctx.spend_on_scan(right);
     if (!at_line(line, [&] { return compare(op, left, right); })) return Value(false);
     left = std::move(right);
   }

@@ -1,5 +1,7 @@
 // jinja2's builtin filters as transformers configures them (tojson is transformers' own).
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,8 +48,9 @@ Value attribute_path(const Value& item, const Value& path) {
   Value v = item;
   for (const std::string& part : py_split(path.to_str(), std::string("."), -1, false)) {
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::stoll(part))))
-                : get_item(v, Value(part));
+    int64_t index = INT64_MAX;  // stays past the end of any list when the digits overflow
+    if (numeric) std::from_chars(part.data(), part.data() + part.size(), index);
+    v = numeric ? get_item(v, Value(index)) : get_item(v, Value(part));
   }
   return v;
 }
@@ -66,7 +69,8 @@ std::optional<double> parse_py_float(const std::string& text) {
 
 Value f_abs(const Value& v, CallArgs&) {
   if (v.is_float()) return Value(std::fabs(v.as_double()));
-  if (v.is_int() || v.is_bool()) return Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  if (v.is_int() || v.is_bool())
+    return Value(v.as_int() < 0 ? checked_sub(0, v.as_int()) : v.as_int());
   render_fail(std::string("bad operand type for abs(): '") + v.type_name() + "'");
 }
 Value f_attr(const Value& v, CallArgs& a) {
@@ -107,7 +111,7 @@ Value f_int(const Value& v, CallArgs& a) {
   if (v.is_bool() || v.is_int()) return Value(v.as_int());
   if (v.is_float()) {
     if (!std::isfinite(v.as_double())) return fallback;
-    return Value(static_cast<int64_t>(std::trunc(v.as_double())));
+    return Value(float_to_int(v.as_double()));
   }
   if (v.is_string()) {
     int64_t base = a.get(1, "base", Value(10)).as_int();
@@ -116,12 +120,14 @@ Value f_int(const Value& v, CallArgs& a) {
       if (c != '_') clean += c;
     if (!clean.empty()) {
       char* end = nullptr;
+      errno = 0;
       long long n = std::strtoll(clean.c_str(), &end, static_cast<int>(base));
-      if (end == clean.c_str() + clean.size()) return Value(static_cast<int64_t>(n));
+      if (end == clean.c_str() + clean.size()) {
+        if (errno == ERANGE) render_fail("integer " + clean + " does not fit in 64 bits");
+        return Value(static_cast<int64_t>(n));
+      }
     }
-    if (auto d = parse_py_float(v.str()); d && std::isfinite(*d)) {
-      return Value(static_cast<int64_t>(std::trunc(*d)));
-    }
+    if (auto d = parse_py_float(v.str()); d && std::isfinite(*d)) return Value(float_to_int(*d));
   }
   return fallback;
 }
@@ -141,6 +147,7 @@ Value f_join(const Value& v, CallArgs& a) {
     if (!first) out += sep;
     first = false;
     out += (attribute.is_none() ? item : attribute_path(item, attribute)).to_str();
+    check_string_size(out.size());
   }
   return Value(out);
 }
@@ -248,12 +255,15 @@ Value f_string(const Value& v, CallArgs&) {
 }
 Value f_tojson(const Value& v, CallArgs& a) {
   JsonDumpOptions o;
+  o.max_bytes = kMaxStringBytes;
   o.ensure_ascii = a.get(0, "ensure_ascii", Value(false)).truthy();
   Value indent = a.get(1, "indent", Value::none());
-  if (indent.is_string())
+  if (indent.is_string()) {
     o.indent = indent.str();
-  else if (indent.is_int())
+  } else if (indent.is_int()) {
+    check_string_size(static_cast<size_t>(std::max<int64_t>(indent.as_int(), 0)));
     o.indent = std::string(static_cast<size_t>(std::max<int64_t>(indent.as_int(), 0)), ' ');
+  }
   Value separators = a.get(2, "separators", Value::none());
   if (separators.is_array() && separators.items().size() == 2) {
     o.item_separator = separators.items()[0].to_str();
@@ -272,6 +282,8 @@ Value f_indent(const Value& v, CallArgs& a) {
   Value width = a.get(0, "width", Value(4));
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
+  if (!width.is_string())
+    check_string_size(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)));
   std::string indention =
       width.is_string()
           ? width.str()
@@ -284,6 +296,7 @@ Value f_indent(const Value& v, CallArgs& a) {
       rv += lines[i];
     else
       rv += (blank || !lines[i].empty()) ? indention + lines[i] : lines[i];
+    check_string_size(rv.size() + indention.size());
   }
   return Value(first ? indention + rv : rv);
 }
@@ -320,7 +333,11 @@ Value f_map(const Value& v, CallArgs& a) {
   std::string name = a.get(0, "").to_str();
   if (!is_known_filter(name)) render_fail("No filter named '" + name + "'.");
   CallArgs rest = shift_args(a, 1);
-  for (const Value& x : iterate(v)) out.push_back(apply_filter(name, x, rest));
+  size_t built = 0;  // ([s] * 1000) | map('upper') would make a thousand copies of s
+  for (const Value& x : iterate(v)) {
+    out.push_back(apply_filter(name, x, rest));
+    if (out.back().is_string()) check_string_size(built += out.back().str().size());
+  }
   return Value::array(std::move(out));
 }
 Value select_impl(const Value& v, CallArgs& a, bool by_attribute, bool keep) {
@@ -356,7 +373,7 @@ Value f_sum(const Value& v, CallArgs& a) {
     Value item = attribute.is_none() ? x : attribute_path(x, attribute);
     if (!item.is_number() || !total.is_number()) render_fail("sum() needs numbers");
     total = total.is_float() || item.is_float() ? Value(total.as_double() + item.as_double())
-                                                : Value(total.as_int() + item.as_int());
+                                                : Value(checked_add(total.as_int(), item.as_int()));
   }
   return total;
 }
@@ -465,6 +482,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       continue;
     }
     if (next >= values.size()) render_fail("not enough arguments for format string");
+    check_string_size(out.size());
     const Value& v = values[next++];
     switch (spec) {
       case 's':
@@ -476,8 +494,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       case 'd':
       case 'i':
         if (!v.is_number()) render_fail("%d format: a real number is required");
-        out += std::to_string(v.is_float() ? static_cast<int64_t>(std::trunc(v.as_double()))
-                                           : v.as_int());
+        out += std::to_string(v.is_float() ? float_to_int(v.as_double()) : v.as_int());
         break;
       case 'f': {
         if (!v.is_number()) render_fail("%f format: a real number is required");
@@ -491,6 +508,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
   }
   if (next < values.size()) render_fail("not all arguments converted during string formatting");
+  check_string_size(out.size());
   return out;
 }
 

@@ -1,10 +1,17 @@
 #include "tokenizer/jinja/json_value.h"
 
+#include "core/error.h"
 #include "tokenizer/jinja/python_text.h"
 
 namespace hibana::jinja {
 
-Value value_from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json(const nlohmann::ordered_json& j, int level) {
+  if (level >= kMaxValueNesting) {  // checked on the way down: the recursion is the risk
+    throw Error(ErrorKind::invalid_argument,
+                "JSON nested deeper than " + std::to_string(kMaxValueNesting) + " levels");
+  }
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::none();
@@ -24,18 +31,24 @@ Value value_from_json(const nlohmann::ordered_json& j) {
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(value_from_json(x));
+      for (const auto& x : j) items.push_back(from_json(x, level + 1));
       return Value::array(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       auto obj = std::make_shared<Object>();
       for (auto it = j.begin(); it != j.end(); ++it)
-        obj->set(it.key(), value_from_json(it.value()));
+        obj->set(it.key(), from_json(it.value(), level + 1));
       return Value::object(std::move(obj));
     }
     default:
       return Value::none();
   }
+}
+
+}  // namespace
+
+Value value_from_json(const nlohmann::ordered_json& j) {
+  return from_json(j, 0);
 }
 
 std::string python_json_dumps(const nlohmann::ordered_json& j) {

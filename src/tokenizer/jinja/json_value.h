@@ -8,6 +8,7 @@
 
 namespace hibana::jinja {
 
+// Throws Error(invalid_argument) for JSON nested deeper than kMaxValueNesting.
 Value value_from_json(const nlohmann::ordered_json& j);
 
 // json.dumps(j, ensure_ascii=False): Python's separators ", " and ": " and float repr.

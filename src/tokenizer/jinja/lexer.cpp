@@ -1,6 +1,7 @@
 #include "tokenizer/jinja/lexer.h"
 
 #include <cctype>
+#include <cstdlib>
 
 #include "tokenizer/jinja/python_text.h"
 
@@ -377,7 +378,7 @@ class Lexer {
     tok.text = text;
     if (is_float) {
       tok.type = TokenType::floating;
-      tok.float_value = std::stod(text);
+      tok.float_value = std::strtod(text.c_str(), nullptr);  // 1e999 is inf, as in Python
     } else {
       tok.type = TokenType::integer;
       try {

@@ -33,7 +33,7 @@ bool t_divisibleby(const Value& v, CallArgs& a) {
   if (!v.is_number() || !n.is_number()) render_fail("divisibleby needs numbers");
   if (v.is_float() || n.is_float()) return std::fmod(v.as_double(), n.as_double()) == 0;
   if (n.as_int() == 0) render_fail("integer division or modulo by zero");
-  return v.as_int() % n.as_int() == 0;
+  return n.as_int() == -1 || v.as_int() % n.as_int() == 0;  // MIN % -1 traps
 }
 bool t_eq(const Value& v, CallArgs& a) {
   return values_equal(v, arg0(a));

@@ -401,9 +401,12 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
 }
 
 void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int level) {
+  if (out.size() > o.max_bytes) {
+    throw std::invalid_argument("JSON text longer than " + std::to_string(o.max_bytes) + " bytes");
+  }
   auto newline = [&](int lvl) {
     out.push_back('\n');
-    for (int i = 0; i < lvl; ++i) out += *o.indent;
+    for (int i = 0; i < lvl && out.size() <= o.max_bytes; ++i) out += *o.indent;
   };
   switch (v.kind()) {
     case Value::Kind::none:
@@ -482,6 +485,10 @@ void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int level)
 std::string py_json_dumps(const Value& value, const JsonDumpOptions& options) {
   std::string out;
   dump(out, value, options, 0);
+  if (out.size() > options.max_bytes) {
+    throw std::invalid_argument("JSON text longer than " + std::to_string(options.max_bytes) +
+                                " bytes");
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // json.dumps (transformers' tojson) with ensure_ascii, indent, separators and sort_keys.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,7 @@ struct JsonDumpOptions {
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;
+  size_t max_bytes = SIZE_MAX;  // longer output (indent and separators multiply) is an error
 };
 // json.dumps(value, ...). Throws std::invalid_argument for values JSON cannot hold.
 std::string py_json_dumps(const Value& value, const JsonDumpOptions& options);

@@ -15,6 +15,7 @@ void assign(Context& ctx, const Target& target, const Value& value, int line) {
     Value ns = ctx.lookup(target.names[0]);
     if (!ns.is_namespace())
       throw RenderError("cannot assign attribute on non-namespace object", line);
+    ctx.assigned_attribute_of(ns);
     ns.mutable_obj().set(target.attribute, value);
     return;
   }
@@ -71,6 +72,7 @@ Value make_macro(Context& ctx, const std::string& name, const std::vector<MacroP
   return Value::callable(name, [defined_in, render_ctx, &params, &body, name](CallArgs& args) {
     Context& ctx = *render_ctx;
     if (ctx.depth >= kMaxMacroDepth) render_fail("macro '" + name + "' recursed too deeply");
+    ctx.spend(1);
     auto scope = std::make_shared<Scope>(defined_in);
     ScopeGuard guard(ctx, scope);
     ++ctx.depth;
@@ -119,23 +121,37 @@ Value make_macro(Context& ctx, const std::string& name, const std::vector<MacroP
   });
 }
 
+// What a statement adds to the output counts against the limits like any text built.
+void append_output(Context& ctx, std::string& out, const std::string& text) {
+  check_string_size(out.size() + text.size());
+  ctx.spend(static_cast<int64_t>(text.size() / 128));
+  out += text;
+}
+
 }  // namespace
 
 Flow render_body(const Body& body, Context& ctx, std::string& out) {
   for (const auto& stmt : body) {
-    Flow f = stmt->render(ctx, out);
+    Flow f;
+    try {
+      ctx.spend(1);
+      f = stmt->render(ctx, out);
+    } catch (RenderError& e) {
+      if (e.line == 0) e.line = stmt->line;  // the limits are checked where no line is known
+      throw;
+    }
     if (f != Flow::normal) return f;
   }
   return Flow::normal;
 }
 
-Flow TextStmt::render(Context&, std::string& out) const {
-  out += text;
+Flow TextStmt::render(Context& ctx, std::string& out) const {
+  append_output(ctx, out, text);
   return Flow::normal;
 }
 
 Flow PrintStmt::render(Context& ctx, std::string& out) const {
-  out += expr->eval(ctx).to_str();
+  append_output(ctx, out, expr->eval(ctx).to_str());
   return Flow::normal;
 }
 
@@ -158,6 +174,7 @@ Flow ForStmt::render(Context& ctx, std::string& out) const {
   if (filter) {
     std::vector<Value> kept;
     for (const Value& item : items) {
+      ctx.spend(1);
       ScopeGuard guard(ctx, std::make_shared<Scope>(ctx.scope));
       assign(ctx, target, item, line);
       if (filter->eval(ctx).truthy()) kept.push_back(item);
@@ -166,6 +183,7 @@ Flow ForStmt::render(Context& ctx, std::string& out) const {
   }
   if (items.empty()) return render_body(else_body, ctx, out);
   for (size_t i = 0; i < items.size(); ++i) {
+    ctx.spend(1);
     ScopeGuard guard(ctx, std::make_shared<Scope>(ctx.scope));
     assign(ctx, target, items[i], line);
     ctx.set("loop", loop_object(items, i));
@@ -189,6 +207,7 @@ Flow SetStmt::render(Context& ctx, std::string& out) const {
 }
 
 Flow MacroStmt::render(Context& ctx, std::string&) const {
+  ctx.defined_macro_in(ctx.scope);
   ctx.set(name, make_macro(ctx, name, params, body));
   return Flow::normal;
 }
@@ -199,7 +218,7 @@ Flow CallBlockStmt::render(Context& ctx, std::string& out) const {
   CallArgs args = call->args.evaluate(ctx, line);
   args.keyword.emplace_back("caller", caller);
   try {
-    out += call_value(f, args).to_str();
+    append_output(ctx, out, call_value(f, args).to_str());
   } catch (RenderError& e) {
     if (e.line == 0) e.line = line;
     throw;
@@ -213,7 +232,7 @@ Flow FilterBlockStmt::render(Context& ctx, std::string& out) const {
   render_body(body, ctx, captured);
   Value v(captured);
   for (const auto& f : filters) v = f->apply(ctx, v);
-  out += v.to_str();
+  append_output(ctx, out, v.to_str());
   return Flow::normal;
 }
 

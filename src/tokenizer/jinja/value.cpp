@@ -1,7 +1,9 @@
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "tokenizer/jinja/context.h"
 #include "tokenizer/jinja/python_text.h"
 
 namespace hibana::jinja {
@@ -21,6 +23,11 @@ void Object::set(const std::string& key, Value value) {
   items_.emplace_back(key, std::move(value));
 }
 
+void Object::clear() {
+  items_.clear();
+  index_.clear();
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   if (!hint.empty()) v.string_ = std::make_shared<const std::string>(std::move(hint));
@@ -36,8 +43,26 @@ Value Value::none() {
 Value::Value(std::string s)
     : kind_(Kind::string), string_(std::make_shared<const std::string>(std::move(s))) {}
 
+namespace {
+
+// The nesting of a container holding `items`. A namespace counts what it held when created:
+// the render empties the ones assigned to later, so those are never freed recursively.
+template <typename Items, typename Get>
+uint16_t container_depth(const Items& items, Get&& get) {
+  int depth = 0;
+  for (const auto& item : items) depth = std::max(depth, get(item).nesting());
+  if (depth >= kMaxValueNesting) {
+    render_fail("the template nests lists, dicts or namespaces deeper than " +
+                std::to_string(kMaxValueNesting) + " levels");
+  }
+  return static_cast<uint16_t>(depth + 1);
+}
+
+}  // namespace
+
 Value Value::array(std::vector<Value> items, bool is_tuple) {
   Value v;
+  v.depth_ = container_depth(items, [](const Value& x) -> const Value& { return x; });
   v.kind_ = Kind::array;
   v.array_ = std::make_shared<Array>(Array{std::move(items), is_tuple});
   return v;
@@ -47,6 +72,8 @@ Value Value::object(std::shared_ptr<Object> obj) {
   Value v;
   v.kind_ = Kind::object;
   v.object_ = obj ? std::move(obj) : std::make_shared<Object>();
+  v.depth_ =
+      container_depth(v.object_->items(), [](const auto& kv) -> const Value& { return kv.second; });
   return v;
 }
 
@@ -102,7 +129,9 @@ std::string Value::to_str() const {
   }
 }
 
-std::string Value::repr() const {
+std::string Value::repr_nested(int level) const {
+  // Namespaces can hold themselves: printing one that does would never end.
+  if (level > kMaxValueNesting) render_fail("cannot print a value nested this deeply");
   switch (kind_) {
     case Kind::undefined:
       return "";
@@ -121,7 +150,8 @@ std::string Value::repr() const {
       std::string out = array_->is_tuple ? "(" : "[";
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += ", ";
-        out += items[i].repr();
+        out += items[i].repr_nested(level + 1);
+        check_string_size(out.size());  // [s] * 1000 prints s a thousand times
       }
       if (array_->is_tuple && items.size() == 1) out += ",";
       out += array_->is_tuple ? ")" : "]";
@@ -134,7 +164,8 @@ std::string Value::repr() const {
       for (const auto& [k, v] : object_->items()) {
         if (!first) out += ", ";
         first = false;
-        out += py_string_repr(k) + ": " + v.repr();
+        out += py_string_repr(k) + ": " + v.repr_nested(level + 1);
+        check_string_size(out.size());
       }
       return out + (kind_ == Kind::ns ? "}>" : "}");
     }

@@ -17,6 +17,10 @@ namespace hibana::jinja {
 
 class Value;
 
+// Deepest nesting of lists, dicts and namespaces a template may build: printing, comparing and
+// freeing values recurse, and a loop can wrap a list in another a million times.
+inline constexpr int kMaxValueNesting = 512;
+
 struct Array {
   std::vector<Value> items;
   bool is_tuple = false;  // prints as (a, b) instead of [a, b]
@@ -27,8 +31,9 @@ class Object {
  public:
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);
+  void clear();
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below Value: clang needs the element type complete
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -97,18 +102,23 @@ class Value {
   Object& mutable_obj() const { return *object_; }
   const Callable& fn() const { return *callable_; }
   const std::string& undefined_hint() const;
+  // Lists, dicts and namespaces nested in this value, itself included (0 for anything else).
+  int nesting() const { return depth_; }
 
   // Python truthiness.
   bool truthy() const;
   // Python str(): what {{ value }} prints (Undefined prints as "").
   std::string to_str() const;
   // Python repr(): how values print inside lists and dicts.
-  std::string repr() const;
+  std::string repr() const { return repr_nested(0); }
   // Python type name for error messages ('dict', 'list', 'str', ...).
   const char* type_name() const;
 
  private:
+  std::string repr_nested(int level) const;
+
   Kind kind_ = Kind::undefined;
+  uint16_t depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> string_;  // string value, or the hint of an undefined
@@ -116,6 +126,10 @@ class Value {
   std::shared_ptr<Object> object_;
   std::shared_ptr<Callable> callable_;
 };
+
+inline size_t Object::size() const {
+  return items_.size();
+}
 
 // Arguments of a call: positional values, then keyword values in call order.
 struct CallArgs {

@@ -1,5 +1,7 @@
 #include "tokenizer/parsers/parameter_value.h"
 
+#include <charconv>
+#include <cmath>
 #include <set>
 
 #include "tokenizer/jinja/python_text.h"
@@ -141,7 +143,15 @@ class PythonLiteralParser {
         case 'U': {
           size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (i_ + digits > s_.size()) return std::nullopt;
-          char32_t cp = static_cast<char32_t>(std::stoul(s_.substr(i_, digits), nullptr, 16));
+          uint32_t cp = 0;
+          const char* first = s_.data() + i_;
+          const auto [end, error] = std::from_chars(first, first + digits, cp, 16);
+          // Python refuses short or non-hex escapes; surrogates and code points past U+10FFFF
+          // are not text that JSON can carry.
+          if (error != std::errc() || end != first + digits || cp > 0x10FFFF ||
+              (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return std::nullopt;
+          }
           jinja::append_utf8(out, cp);
           i_ += digits;
           break;
@@ -160,17 +170,14 @@ class PythonLiteralParser {
     skip();
     if (i_ >= s_.size()) return std::nullopt;
     char c = s_[i_];
-    if (c == '{') {
+    if (c == '{' || c == '[' || c == '(') {
+      if (depth_ == kMaxArgumentNesting) return std::nullopt;
       ++i_;
-      return sequence('}', true);
-    }
-    if (c == '[') {
-      ++i_;
-      return sequence(']', false);
-    }
-    if (c == '(') {
-      ++i_;
-      return sequence(')', false);
+      ++depth_;
+      std::optional<json> v =
+          c == '{' ? sequence('}', true) : sequence(c == '[' ? ']' : ')', false);
+      --depth_;
+      return v;
     }
     if (c == '\'' || c == '"') return string_literal(c);
     if (word("True")) return json(true);
@@ -187,12 +194,21 @@ class PythonLiteralParser {
 
   const std::string& s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
 
 std::optional<json> parse_python_literal(const std::string& text) {
   return PythonLiteralParser(text).parse();
+}
+
+bool nests_deeper_than(const json& j, int levels) {
+  if (!j.is_structured()) return false;
+  if (levels == 0) return true;
+  for (const json& child : j)
+    if (nests_deeper_than(child, levels - 1)) return true;
+  return false;
 }
 
 json convert_parameter(const std::string& raw, const json* schema) {
@@ -208,10 +224,11 @@ json convert_parameter(const std::string& raw, const json* schema) {
     if (lower == "true" || lower == "false") return json(lower == "true");
   }
   json parsed = json::parse(trimmed, nullptr, false);
-  if (!parsed.is_discarded()) {
-    if (parsed.is_number_float() && types.count("integer") && !types.count("number") &&
-        parsed.get<double>() == static_cast<double>(static_cast<int64_t>(parsed.get<double>()))) {
-      return json(static_cast<int64_t>(parsed.get<double>()));
+  if (!parsed.is_discarded() && !nests_deeper_than(parsed, kMaxArgumentNesting)) {
+    if (parsed.is_number_float() && types.count("integer") && !types.count("number")) {
+      // 4.0 is 4; a number outside int64 (which JSON parsing gives as a float) stays as it is.
+      const double d = parsed.get<double>();
+      if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return json(static_cast<int64_t>(d));
     }
     return parsed;
   }

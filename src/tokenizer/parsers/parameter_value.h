@@ -18,4 +18,12 @@ nlohmann::ordered_json convert_parameter(const std::string& raw,
 // A Python literal (dict, list, tuple, str, int, float, True, False, None) as JSON.
 std::optional<nlohmann::ordered_json> parse_python_literal(const std::string& text);
 
+// Deepest nesting of arrays and objects taken from tool-call arguments. Parsing literals and
+// printing JSON recurse, so deeper text (a model can be made to write thousands of '[') is
+// treated as malformed instead of being allowed to exhaust the stack.
+inline constexpr int kMaxArgumentNesting = 256;
+
+// Whether j nests arrays and objects more than `levels` deep (looks no deeper than that).
+bool nests_deeper_than(const nlohmann::ordered_json& j, int levels);
+
 }  // namespace hibana::parsers

@@ -92,6 +92,7 @@ bool ToolCallExtractor::finish_json_call(const std::string& body, OutputDelta& o
     if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
     if (args.is_null()) args = json::object();
     if (args.is_discarded() || !args.is_object()) return false;
+    if (nests_deeper_than(args, kMaxArgumentNesting)) return false;
   }
   emit(out, make_id_(), name->get<std::string>(), jinja::python_json_dumps(args));
   ++index_;
@@ -159,9 +160,11 @@ void ToolCallExtractor::scan(OutputDelta& out) {
       }
       case State::xml_header: {
         size_t close = buf.find('>');
-        if (close == std::string_view::npos) {
-          if (buf.size() <= kMaxNameLength) return;
-          state_ = State::raw_call;  // no '>' in sight: not a function tag
+        if (close == std::string_view::npos && buf.size() <= kMaxNameLength) return;
+        if (close == std::string_view::npos || close > kMaxNameLength) {
+          // No '>' in sight: not a function tag. Decided by position, not by what has arrived,
+          // so that every split of the text gives the same result.
+          state_ = State::raw_call;
           continue;
         }
         std::string name =
@@ -189,9 +192,9 @@ void ToolCallExtractor::scan(OutputDelta& out) {
         if (buf.empty()) return;
         if (state_ == State::xml_between && starts_with(buf, kParamOpen)) {
           size_t close = buf.find('>');
-          if (close == std::string_view::npos) {
-            if (buf.size() <= kMaxNameLength) return;
-            consume(1);  // not a real tag: dropped like other stray text
+          if (close == std::string_view::npos && buf.size() <= kMaxNameLength) return;
+          if (close == std::string_view::npos || close > kMaxNameLength) {
+            consume(1);  // not a real tag (whatever the split): dropped like other stray text
             continue;
           }
           param_name_ = jinja::py_strip(buf.substr(kParamOpen.size(), close - kParamOpen.size()),

@@ -35,9 +35,19 @@ ApiError wrong_type(const std::string& path, const char* expected, const Json& g
 }  // namespace
 
 Json parse_body(std::string_view body) {
+  // Real requests nest a few dozen levels at most (tool schemas); code that walks the request
+  // recursively (dumping, schema conversion, templates) must never see more than this.
+  constexpr int kMaxDepth = 256;
+  auto limit_depth = [](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxDepth) {
+      throw ApiError(400, "the request body nests deeper than " + std::to_string(kMaxDepth) +
+                              " levels");
+    }
+    return true;
+  };
   Json j;
   try {
-    j = Json::parse(body.begin(), body.end());
+    j = Json::parse(body.begin(), body.end(), limit_depth);
   } catch (const Json::parse_error& e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> the message.

@@ -74,7 +74,9 @@ TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
       Turn t = run(cached, hist[a], 8, before);
       Turn p = run(plain, hist_plain[a], 8, before);
       ASSERT_EQ(t.tokens, p.tokens) << "agent " << a << " turn " << turn;
-      if (turn > 0) EXPECT_GE(t.cached, 128) << "agent " << a << " turn " << turn;
+      if (turn > 0) {
+        EXPECT_GE(t.cached, 128) << "agent " << a << " turn " << turn;
+      }
       append(hist[a], t.tokens);
       append(hist[a], text(40, 100 + a + turn, V));
       hist_plain[a] = hist[a];

@@ -84,6 +84,10 @@ TEST(ChatRequest, RefusesMalformedMessages) {
                "unsupported content part type 'audio'");
   expect_error(parse("{\"messages\": [}"), 400, "not valid JSON");
   expect_error(parse("[1, 2]"), 400, "must be a JSON object");
+  // Deep nesting is refused before anything walks it recursively.
+  std::string deep = R"({"messages": [{"role": "user", "content": "x"}], "metadata": )";
+  deep += std::string(100000, '[') + std::string(100000, ']') + "}";
+  expect_error(parse(deep), 400, "nests deeper than 256 levels");
 }
 
 TEST(ChatRequest, ReadsGenerationOptions) {

@@ -12,36 +12,14 @@ import argparse
 import http.client
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
+from hibana_server import start, stop
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-def start(bin_, port, extra, log):
-    p = subprocess.Popen([bin_, "serve", "--host", "127.0.0.1", "--port", str(port), *extra],
-                         stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(1200):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return p
-        except OSError:
-            pass
-        if p.poll() is not None:
-            raise RuntimeError("server exited; see its log")
-        time.sleep(0.1)
-    raise RuntimeError("server did not become ready")
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)  # a clean shutdown flushes the prefix cache to the SSD tier
-    p.wait(timeout=300)
 
 
 def ask(port, messages):

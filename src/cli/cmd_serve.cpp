@@ -161,8 +161,9 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "allow browser requests from this origin ('*': any); repeatable (default: none)");
   cmd->add_option("--served-model-name", args->served_names,
                   "name(s) clients use for the model (default: the model directory's name)");
-  cmd->add_option("--kv-cache-size", args->kv_cache_size,
-                  "memory for the KV cache of all sequences (default 1GiB; e.g. 512MiB, 8GiB)");
+  cmd->add_option("--kv-cache-size,--gpu-cache-size", args->kv_cache_size,
+                  "device pool for the KV pages of running and cached sequences (default 1GiB; "
+                  "e.g. 512MiB, 8GiB)");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
   cmd->add_option("--step-tokens", args->step_tokens,
                   "tokens per forward pass, decode plus prefill (default 512)");

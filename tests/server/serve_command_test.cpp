@@ -124,7 +124,7 @@ TEST(ServeCommand, ServesTheEmbeddedModelAndStopsOnSigterm) {
 }
 
 TEST(ServeCommand, ApiKeyFromTheEnvironmentAndServedName) {
-  ServeProcess p({"--port", "0", "--served-model-name", "my-model", "--kv-cache-size", "64MiB"},
+  ServeProcess p({"--port", "0", "--served-model-name", "my-model", "--gpu-cache-size", "64MiB"},
                  {"HIBANA_API_KEY=k1"});
   const int port = p.port();
   ASSERT_GT(port, 0) << p.log();

@@ -58,28 +58,19 @@ def main():
         return turn1 + [{"role": "assistant", "content": reply},
                         {"role": "user", "content": "Now summarise that in one line."}]
 
-    # Recomputed: no prefix cache at all.
-    p = start(a.bin, a.port, model_args + ["--no-prefix-cache"], log)
-    ask(a.port, [{"role": "user", "content": "warm up"}])
-    ask(a.port, turn1)
-    dt, n, cached = ask(a.port, returning("OK."))
-    rows.append(("recomputed (--no-prefix-cache)", dt, n, cached))
-    stop(p)
-
-    # Device pool: the first turn leaves its state there.
-    p = start(a.bin, a.port, model_args + ["--cache-dir", os.path.join(cache, "ssd")], log)
-    ask(a.port, [{"role": "user", "content": "warm up"}])
-    ask(a.port, turn1)
-    dt, n, cached = ask(a.port, returning("OK."))
-    rows.append(("device pool", dt, n, cached))
-    stop(p)
-
-    # SSD tier: a fresh process finds the flushed state on disk.
-    p = start(a.bin, a.port, model_args + ["--cache-dir", os.path.join(cache, "ssd")], log)
-    ask(a.port, [{"role": "user", "content": "warm up"}])
-    dt, n, cached = ask(a.port, returning("OK."))
-    rows.append(("SSD tier, after a restart", dt, n, cached))
-    stop(p)
+    ssd = ["--cache-dir", os.path.join(cache, "ssd")]
+    # (label, server flags, whether this server first sees the first turn itself)
+    runs = [("recomputed (--no-prefix-cache)", ["--no-prefix-cache"], True),
+            ("device pool", ssd, True),  # the first turn leaves its state in the pool
+            ("SSD tier, after a restart", ssd, False)]  # a fresh process finds it on disk
+    for label, flags, first_turn_here in runs:
+        p = start(a.bin, a.port, model_args + flags, log)
+        ask(a.port, [{"role": "user", "content": "warm up"}])
+        if first_turn_here:
+            ask(a.port, turn1)
+        dt, n, cached = ask(a.port, returning("OK."))
+        rows.append((label, dt, n, cached))
+        stop(p)  # a clean shutdown flushes the prefix cache to the SSD tier
 
     base = rows[0][1]
     print(f"{'state from':32} {'TTFT s':>8} {'prompt':>7} {'reused':>7} {'speed-up':>8}")

@@ -27,11 +27,6 @@ def rss_kib(pid):
     raise RuntimeError("no VmRSS")
 
 
-def metric(url, name):
-    u = urllib.parse.urlparse(url)
-    return metrics(u.hostname, u.port)[name]
-
-
 def client(url, i, hang_up_after, max_tokens, results):
     u = urllib.parse.urlparse(url)
     body = json.dumps({
@@ -88,7 +83,9 @@ def client(url, i, hang_up_after, max_tokens, results):
 def wait_drained(url, timeout=300):
     end = time.time() + timeout
     while time.time() < end:
-        if metric(url, "hibana_requests_running") == 0 and metric(url, "hibana_requests_waiting") == 0:
+        u = urllib.parse.urlparse(url)
+        m = metrics(u.hostname, u.port)
+        if m["hibana_requests_running"] == 0 and m["hibana_requests_waiting"] == 0:
             return True
         time.sleep(0.2)
     return False

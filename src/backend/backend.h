@@ -69,6 +69,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // Waits until every queued op has finished (ops on a GPU return before they run).
+  virtual void synchronize() {}
+  // Measured copy bandwidth of the backend's memory in bytes/s (read + write), or 0 when the
+  // caller should measure host memory itself.
+  virtual double copy_bandwidth() { return 0.0; }
 
   // out[t] = table[ids[t]] (any float dtype, converted to f32).
   virtual void embedding(const Weight& table, const Tensor& ids, Tensor out) = 0;
@@ -128,5 +133,12 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// True when this build has the CUDA backend and the machine has a CUDA GPU.
+bool cuda_available();
+// The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
+// GPU older than compute capability 8.0.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// "cpu", "cuda" or "auto" (CUDA when available, else the CPU).
+std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace hibana

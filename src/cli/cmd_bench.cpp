@@ -76,7 +76,8 @@ double weight_bytes_per_step(const Model& m, int64_t batch) {
 int run_decode(const BenchArgs& a) {
   std::unique_ptr<Model> model = a.model.load();
   std::vector<int32_t> batches = parse_id_list(a.batches);
-  const double bw = measure_copy_bandwidth();
+  double bw = model->backend().copy_bandwidth();
+  if (bw <= 0.0) bw = measure_copy_bandwidth();
   const StateSpec spec = model->state_spec();
   std::printf("model: %s on %s (%d threads)\n", model->source().c_str(),
               model->backend().name().c_str(), default_thread_pool().size());

@@ -17,6 +17,8 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--dtype", dtype, "dtype of dummy weights: bf16, f16, f32 or fp8");
   cmd.add_option("--seed-weights", seed, "seed of dummy weights");
   cmd.add_flag("--no-mtp", no_mtp, "do not load the multi-token-prediction head");
+  cmd.add_option("--device", device, "auto (a CUDA GPU when there is one), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 std::string default_model_dir() {
@@ -38,7 +40,7 @@ std::string default_model_dir() {
 }
 
 std::unique_ptr<Model> ModelArgs::load() const {
-  std::shared_ptr<Backend> backend = make_cpu_backend();
+  std::shared_ptr<Backend> backend = make_backend(device);
   if (load_format == "dummy") {
     if (config.empty()) {
       throw Error(ErrorKind::invalid_argument, "--load-format dummy needs --config CONFIG.json");

@@ -1,5 +1,5 @@
 // The options every command that loads a model shares: --model, --load-format dummy --config,
-// --dtype, --threads.
+// --dtype, --device.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,6 +17,7 @@ struct ModelArgs {
   std::string dtype = "bf16";
   uint64_t seed = 1;
   bool no_mtp = false;
+  std::string device = "auto";
 
   void add_to(CLI::App& cmd);
   // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.

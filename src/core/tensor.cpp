@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 
 namespace hibana {
@@ -81,8 +82,11 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
 }
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  check(device == Device::cpu, ErrorKind::internal, "Buffer: only CPU memory is allocated here");
   if (bytes == 0) return;
+  if (device != Device::cpu) {
+    data_ = device_memory(device).allocate(bytes);
+    return;
+  }
   size_t rounded = (bytes + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded);
   if (!data_) {
@@ -112,7 +116,8 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 void Buffer::release() {
-  if (data_) std::free(data_);
+  if (data_ && device_ == Device::cpu) std::free(data_);
+  if (data_ && device_ != Device::cpu) device_memory(device_).release(data_, bytes_);
   data_ = nullptr;
   bytes_ = 0;
 }
@@ -130,7 +135,7 @@ OwnedTensor make_tensor(DType dtype, std::initializer_list<int64_t> dims, Device
   out.buffer = Buffer(shape_only.nbytes(), device);
   out.tensor = shape_only;
   out.tensor.data = out.buffer.data();
-  if (out.buffer.data()) std::memset(out.buffer.data(), 0, shape_only.nbytes());
+  if (out.buffer.data()) zero_bytes(out.buffer.data(), device, shape_only.nbytes());
   return out;
 }
 

@@ -213,7 +213,9 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      wake_.wait(lock, [&] {
+        return stop_ || (!held_ && !waiting_.empty()) || !running_.empty();
+      });
       if (stop_) return;
     }
     try {
@@ -299,6 +301,14 @@ bool Engine::ensure_pages(Sequence& s, int64_t positions) {
   return true;
 }
 
+void Engine::hold_admission(bool hold) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_ = hold;
+  }
+  wake_.notify_all();
+}
+
 void Engine::admit_waiting() {
   StatePool& pool = pools_->pool;
   std::vector<std::pair<std::unique_ptr<Sequence>, FinishReason>> dropped;
@@ -318,7 +328,7 @@ void Engine::admit_waiting() {
     }
     // Admit in arrival order while a slot is free and the first prefill chunk's pages fit.
     const bool needs_slot = pool.spec().deltanet_layers > 0;
-    while (!waiting_.empty() &&
+    while (!held_ && !waiting_.empty() &&
            static_cast<int64_t>(running_.size()) < options_.max_sequences) {
       Sequence& s = *waiting_.front();
       if (needs_slot && pool.free_slots() == 0) break;

@@ -162,6 +162,9 @@ class Engine {
   EngineMetrics metrics() const;
   // Blocks until nothing is running or waiting (tests, shutdown).
   void wait_idle();
+  // While held, queued requests stay queued (running ones go on): lets a caller queue several
+  // requests before the scheduler sees any of them.
+  void hold_admission(bool hold);
 
  private:
   struct Sequence;
@@ -189,6 +192,7 @@ class Engine {
   EngineMetrics metrics_;
   uint64_t next_id_ = 1;
   bool stop_ = false;
+  bool held_ = false;
   std::thread worker_;
 };
 

@@ -7,7 +7,10 @@
 namespace hibana::layers {
 
 namespace {
-OwnedTensor scratch(int64_t rows, int64_t cols) { return make_tensor(DType::f32, {rows, cols}); }
+// Scratch activations live on the backend's device.
+OwnedTensor scratch(const Backend& be, int64_t rows, int64_t cols) {
+  return make_tensor(DType::f32, {rows, cols}, be.device());
+}
 
 // Columns [begin, begin + width) of a [rows, cols] f32 tensor, as a strided view.
 Tensor columns(const Tensor& t, int64_t begin, int64_t width) {
@@ -22,18 +25,18 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
                const BatchLayout& layout, const StateViews& state, int64_t state_index,
                Tensor out) {
   const int64_t T = xn.shape[0], nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
-  OwnedTensor qbuf, k = scratch(T, nkv * hd), v = scratch(T, nkv * hd);
+  OwnedTensor qbuf, k = scratch(be, T, nkv * hd), v = scratch(be, T, nkv * hd);
   Tensor q, gate;
   if (c.attention_output_gate) {
     // q_proj yields [q_h | gate_h] per head; regroup as [all q | all gates].
-    OwnedTensor packed = scratch(T, 2 * nh * hd);
+    OwnedTensor packed = scratch(be, T, 2 * nh * hd);
     be.matmul(xn, w.q, packed.tensor);
-    qbuf = scratch(T, 2 * nh * hd);
+    qbuf = scratch(be, T, 2 * nh * hd);
     be.gather_columns(packed.tensor, w.q_gate_split, qbuf.tensor);
     q = columns(qbuf.tensor, 0, nh * hd);
     gate = columns(qbuf.tensor, nh * hd, nh * hd);
   } else {
-    qbuf = scratch(T, nh * hd);
+    qbuf = scratch(be, T, nh * hd);
     be.matmul(xn, w.q, qbuf.tensor);
     q = qbuf.tensor;
   }
@@ -47,7 +50,7 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
   const Tensor& kp = state.k_pages.at(state_index);
   const Tensor& vp = state.v_pages.at(state_index);
   be.store_kv(k.tensor, v.tensor, kp, vp, layout);
-  OwnedTensor att = scratch(T, nh * hd);
+  OwnedTensor att = scratch(be, T, nh * hd);
   be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
                att.tensor);
   if (c.attention_output_gate) be.mul_sigmoid(att.tensor, gate);
@@ -60,9 +63,9 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
   const int64_t T = xn.shape[0], nv = c.linear_value_heads, dv = c.linear_value_dim;
   const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
   // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads].
-  OwnedTensor qkvz = scratch(T, conv_dim + value_dim), ba = scratch(T, 2 * nv);
+  OwnedTensor qkvz = scratch(be, T, conv_dim + value_dim), ba = scratch(be, T, 2 * nv);
   if (!w.qkvz.empty()) {
-    OwnedTensor packed = scratch(T, conv_dim + value_dim), packed_ba = scratch(T, 2 * nv);
+    OwnedTensor packed = scratch(be, T, conv_dim + value_dim), packed_ba = scratch(be, T, 2 * nv);
     be.matmul(xn, w.qkvz, packed.tensor);
     be.gather_columns(packed.tensor, w.qkvz_order, qkvz.tensor);
     be.matmul(xn, w.ba, packed_ba.tensor);
@@ -73,10 +76,10 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
     be.matmul(xn, w.b, columns(ba.tensor, 0, nv));
     be.matmul(xn, w.a, columns(ba.tensor, nv, nv));
   }
-  OwnedTensor conv_out = scratch(T, conv_dim);
+  OwnedTensor conv_out = scratch(be, T, conv_dim);
   be.gdn_conv(columns(qkvz.tensor, 0, conv_dim), w.conv, state.conv.at(state_index), layout,
               conv_out.tensor);
-  OwnedTensor core = scratch(T, value_dim);
+  OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
   be.gdn_recurrence(conv_out.tensor, columns(ba.tensor, 0, nv), columns(ba.tensor, nv, nv), w.A_log,
                     w.dt_bias, shape, state.ssm.at(state_index), layout, core.tensor);
@@ -87,7 +90,7 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
 
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], inter = w.gate.rows();
-  OwnedTensor g = scratch(T, inter), u = scratch(T, inter);
+  OwnedTensor g = scratch(be, T, inter), u = scratch(be, T, inter);
   be.matmul(xn, w.gate, g.tensor);
   be.matmul(xn, w.up, u.tensor);
   be.silu_mul(g.tensor, u.tensor, g.tensor);
@@ -96,13 +99,13 @@ void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
 
 void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
-  OwnedTensor logits = scratch(T, E);
+  OwnedTensor logits = scratch(be, T, E);
   be.matmul(xn, w.router, logits.tensor);
-  OwnedTensor ids = make_tensor(DType::i32, {T, k}), weights = scratch(T, k);
+  OwnedTensor ids = make_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
   be.moe_route(logits.tensor, k, c.norm_topk_prob, ids.tensor, weights.tensor);
   be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
   if (!w.shared.gate.empty()) {
-    OwnedTensor shared = scratch(T, c.hidden_size), gate = scratch(T, 1);
+    OwnedTensor shared = scratch(be, T, c.hidden_size), gate = scratch(be, T, 1);
     mlp(w.shared, be, xn, shared.tensor);
     be.matmul(xn, w.shared_gate, gate.tensor);
     be.add_sigmoid_scaled(out, shared.tensor, gate.tensor);
@@ -113,7 +116,7 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
                    const BatchLayout& layout, const StateViews& state) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
-  OwnedTensor xn = scratch(T, H), y = scratch(T, H);
+  OwnedTensor xn = scratch(be, T, H), y = scratch(be, T, H);
   be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
   if (w.mixer == MixerKind::attention) {
     attention(c, w.attn, be, xn.tensor, layout, state, w.state_index, y.tensor);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <xxhash.h>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
@@ -14,10 +15,32 @@ namespace hibana {
 
 namespace {
 
-// Host-side arrays behind a BatchLayout (the CPU backend reads them in place).
+// Host-side arrays behind a BatchLayout (the CPU backend reads them in place; other devices get
+// one copy of all of them).
 struct LayoutStorage {
   std::vector<int32_t> positions, token_seq, seq_start, page_table, kv_slot, state_slot, snapshot;
   BatchLayout layout;
+  Buffer device_copy;
+
+  void to_device(Device device) {
+    if (device == Device::cpu) return;
+    std::vector<int32_t>* arrays[] = {&positions, &token_seq, &seq_start, &page_table,
+                                      &kv_slot,   &state_slot, &snapshot};
+    Tensor* views[] = {&layout.positions, &layout.token_seq, &layout.seq_start,
+                       &layout.page_table, &layout.kv_slot, &layout.state_slot,
+                       &layout.snapshot_slot};
+    std::vector<int32_t> packed;
+    for (auto* a : arrays) packed.insert(packed.end(), a->begin(), a->end());
+    device_copy = Buffer(packed.size() * sizeof(int32_t), device);
+    copy_bytes(device_copy.data(), device, packed.data(), Device::cpu,
+               packed.size() * sizeof(int32_t));
+    size_t off = 0;
+    for (size_t i = 0; i < 7; ++i) {
+      views[i]->data = static_cast<int32_t*>(device_copy.data()) + off;
+      views[i]->device = device;
+      off += arrays[i]->size();
+    }
+  }
 
   void finish(int64_t T, int64_t S, int64_t page_size, int64_t max_pages, GdnMode mode) {
     layout.num_tokens = T;
@@ -101,21 +124,51 @@ LayoutStorage build_layout(const std::vector<SeqDesc>& seqs, const StateViews& s
   return s;
 }
 
-// Final norm and lm_head over the chosen rows of x.
+// Final norm and lm_head over the chosen rows of x; logits (and hidden states) come back to
+// host memory.
 void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& norm, Backend& be,
                   const Tensor& x, const std::vector<int64_t>& rows, bool want_hidden,
                   ForwardOutput& out) {
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size, V = c.vocab_size;
+  const Device dev = be.device();
   out.vocab = V;
   out.hidden = H;
-  OwnedTensor xr = make_tensor(DType::f32, {std::max<int64_t>(R, 1), H});
-  for (int64_t r = 0; r < R; ++r) std::memcpy(xr.tensor.row<float>(r), x.row<float>(rows[r]), H * 4);
   out.logits.assign(static_cast<size_t>(R * V), 0.0f);
   if (R == 0) return;
-  Tensor xv = xr.tensor.slice_rows(0, R);
+  OwnedTensor xr = make_tensor(DType::f32, {R, H}, dev);
+  // Consecutive rows (every decode step, every LogitsMode::all) move in one copy.
+  for (int64_t r = 0; r < R;) {
+    int64_t n = 1;
+    while (r + n < R && rows[r + n] == rows[r] + n) ++n;
+    copy_bytes(xr.tensor.row<float>(r), dev, x.row<float>(rows[r]), dev,
+               static_cast<size_t>(n * H) * sizeof(float));
+    r += n;
+  }
+  Tensor xv = xr.tensor;
   be.rmsnorm(xv, norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, xv);
-  if (want_hidden) out.hidden_states.assign(xr.tensor.ptr<float>(), xr.tensor.ptr<float>() + R * H);
-  be.matmul(xv, lm_head, Tensor(out.logits.data(), DType::f32, {R, V}));
+  if (want_hidden) {
+    out.hidden_states.resize(static_cast<size_t>(R * H));
+    copy_to_host(xv, out.hidden_states.data());
+  }
+  if (dev == Device::cpu) {
+    be.matmul(xv, lm_head, Tensor(out.logits.data(), DType::f32, {R, V}));
+  } else {
+    OwnedTensor logits = make_tensor(DType::f32, {R, V}, dev);
+    be.matmul(xv, lm_head, logits.tensor);
+    copy_to_host(logits.tensor, out.logits.data());
+  }
+}
+
+// Token ids as a tensor on the backend's device, checked against the vocabulary.
+OwnedTensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab, Device dev) {
+  for (int32_t id : tokens) {
+    check(id >= 0 && id < vocab, ErrorKind::invalid_argument,
+          "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+              std::to_string(vocab) + ")");
+  }
+  OwnedTensor t = make_tensor(DType::i32, {static_cast<int64_t>(tokens.size())}, dev);
+  copy_from_host(tokens.data(), t.tensor);
+  return t;
 }
 
 std::vector<int64_t> logits_rows(const std::vector<LogitsMode>& modes,
@@ -179,6 +232,10 @@ uint64_t weights_fingerprint(const ModelConfig& c, const ModelWeights& w) {
 Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
   fingerprint_ = weights_fingerprint(config_, weights_);
+  if (backend_->device() != Device::cpu) {
+    log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
+    move_weights(weights_, backend_->device());
+  }
 }
 
 std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Backend> backend,
@@ -210,6 +267,7 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
 
 StateSpec Model::state_spec() const {
   StateSpec s;
+  s.device = backend_->device();
   const ModelConfig& c = config_;
   s.attention_layers = c.num_attention_layers() + (has_mtp() ? 1 : 0);
   s.kv_heads = c.num_kv_heads;
@@ -243,9 +301,12 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
   LayoutStorage ls = build_layout(desc, state, needs_pages, config_.has_deltanet(), options.gdn_mode);
   const int64_t T = ls.layout.num_tokens, H = config_.hidden_size;
   Backend& be = *backend_;
+  const Device dev = be.device();
+  ls.to_device(dev);
 
-  OwnedTensor x = make_tensor(DType::f32, {T, H});
-  be.embedding(weights_.embed, Tensor(tokens.data(), DType::i32, {T}), x.tensor);
+  OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
+  OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
+  be.embedding(weights_.embed, ids.tensor, x.tensor);
   for (const LayerWeights& l : weights_.layers) {
     layers::decoder_layer(config_, l, be, x.tensor, ls.layout, state);
   }
@@ -278,20 +339,25 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   LayoutStorage ls = build_layout(desc, state, true, false, GdnMode::recurrent);
   const int64_t T = ls.layout.num_tokens;
   Backend& be = *backend_;
+  const Device dev = be.device();
+  ls.to_device(dev);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool zc = config_.zero_centred_norm;
 
   // fc([norm_e(embed(x_{p+1})) ; norm_h(h_p)])
-  OwnedTensor cat = make_tensor(DType::f32, {T, 2 * H});
+  OwnedTensor cat = make_tensor(DType::f32, {T, 2 * H}, dev);
   Tensor e = cat.tensor, h = cat.tensor;
   e.shape[1] = H;
   h.shape[1] = H;
   h.data = cat.tensor.ptr<float>() + H;
-  be.embedding(weights_.embed, Tensor(tokens.data(), DType::i32, {T}), e);
+  OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
+  be.embedding(weights_.embed, ids.tensor, e);
   be.rmsnorm(e, m.pre_fc_norm_embedding, eps, zc, e);
-  for (int64_t t = 0; t < T; ++t) std::memcpy(h.row<float>(t), hidden.data() + t * H, H * 4);
+  OwnedTensor hid = make_tensor(DType::f32, {T, H}, dev);
+  copy_from_host(hidden.data(), hid.tensor);
+  be.add(h, hid.tensor);  // h is zero: cat was cleared when made
   be.rmsnorm(h, m.pre_fc_norm_hidden, eps, zc, h);
-  OwnedTensor x = make_tensor(DType::f32, {T, H});
+  OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
   be.matmul(cat.tensor, m.fc, x.tensor);
   layers::decoder_layer(config_, m.layer, be, x.tensor, ls.layout, state);
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);

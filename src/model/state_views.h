@@ -10,6 +10,7 @@
 namespace hibana {
 
 struct StateSpec {
+  Device device = Device::cpu;  // where the model's backend wants the state to live
   // Attention layers (including the MTP layer, last) keep K and V in pages of page_size tokens.
   int64_t attention_layers = 0;
   int64_t kv_heads = 0;

@@ -1,6 +1,9 @@
 // Maps each architecture's tensor names onto ModelWeights.
 #include "model/weights.h"
 
+#include <map>
+
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
@@ -195,6 +198,65 @@ ModelWeights build(const ModelConfig& c, WeightSource& src, bool want_mtp) {
 }
 
 }  // namespace
+
+namespace {
+
+template <typename Fn>
+void for_each_layer_tensor(LayerWeights& l, Fn&& fn) {
+  for (Tensor* t : {&l.input_norm, &l.post_norm, &l.attn.q_norm, &l.attn.k_norm,
+                    &l.attn.q_gate_split, &l.gdn.qkvz_order, &l.gdn.ba_order, &l.gdn.conv,
+                    &l.gdn.A_log, &l.gdn.dt_bias, &l.gdn.norm}) {
+    fn(*t);
+  }
+  for (Weight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
+                    &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out, &l.mlp.gate,
+                    &l.mlp.up, &l.mlp.down, &l.moe.router, &l.moe.shared.gate, &l.moe.shared.up,
+                    &l.moe.shared.down, &l.moe.shared_gate}) {
+    fn(w->w);
+    fn(w->scale);
+  }
+  for (std::vector<Weight>* list : {&l.moe.experts.gate, &l.moe.experts.up, &l.moe.experts.down}) {
+    for (Weight& w : *list) {
+      fn(w.w);
+      fn(w.scale);
+    }
+  }
+}
+
+}  // namespace
+
+void move_weights(ModelWeights& w, Device device) {
+  if (device == Device::cpu) return;
+  // (host pointer, bytes) -> device copy, so views of the same bytes (tied embeddings) share it.
+  std::map<std::pair<const void*, size_t>, void*> copies;
+  std::vector<std::shared_ptr<void>> owned;
+  auto move = [&](Tensor& t) {
+    if (t.empty() || t.device == device) return;
+    check(t.is_contiguous(), ErrorKind::internal, "move_weights: a strided weight tensor");
+    const auto key = std::make_pair(static_cast<const void*>(t.data), t.nbytes());
+    auto it = copies.find(key);
+    if (it == copies.end()) {
+      auto buf = std::make_shared<Buffer>(t.nbytes(), device);
+      copy_bytes(buf->data(), device, t.data, Device::cpu, t.nbytes());
+      it = copies.emplace(key, buf->data()).first;
+      owned.push_back(std::move(buf));
+    }
+    t.data = it->second;
+    t.device = device;
+  };
+  for (Tensor* t : {&w.embed.w, &w.embed.scale, &w.lm_head.w, &w.lm_head.scale, &w.final_norm}) {
+    move(*t);
+  }
+  for (LayerWeights& l : w.layers) for_each_layer_tensor(l, move);
+  if (w.mtp) {
+    for (Tensor* t : {&w.mtp->fc.w, &w.mtp->fc.scale, &w.mtp->pre_fc_norm_embedding,
+                      &w.mtp->pre_fc_norm_hidden, &w.mtp->norm}) {
+      move(*t);
+    }
+    for_each_layer_tensor(w.mtp->layer, move);
+  }
+  w.owned = std::move(owned);
+}
 
 ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                           const LoadOptions& options) {

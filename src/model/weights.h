@@ -99,6 +99,10 @@ struct LoadOptions {
 ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                           const LoadOptions& options = {});
 
+// Copies every tensor to `device` (tied embeddings stay shared) and drops the host copies and
+// the checkpoint mapping. Weights already there are left alone.
+void move_weights(ModelWeights& weights, Device device);
+
 // Random weights of the config's shapes in `dtype` (bf16, f16, f32, or fp8 with 128x128 block
 // scales), for benchmarks at real shapes. Deterministic for a seed.
 ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed = 1,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -44,8 +45,9 @@ size_t PrefixCache::slot_bytes() const {
   return b;
 }
 
-// The pool's memory is host memory on the CPU backend, so blocks are copied with memcpy; a
-// device backend would stage them through pinned buffers on a copy stream.
+// Blocks are copied between the pool (host memory on the CPU backend, device memory on CUDA)
+// and host buffers one layer at a time. A copy stream with pinned staging would overlap these
+// copies with compute; today they are synchronous.
 std::vector<uint8_t> PrefixCache::pack_page(int32_t page) const {
   std::vector<uint8_t> out;
   out.reserve(page_bytes());
@@ -54,7 +56,8 @@ std::vector<uint8_t> PrefixCache::pack_page(int32_t page) const {
     for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
       const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
       const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * page;
-      out.insert(out.end(), src, src + per);
+      out.resize(out.size() + per);
+      copy_bytes(out.data() + out.size() - per, Device::cpu, src, t->device, per);
     }
   }
   return out;
@@ -66,7 +69,8 @@ void PrefixCache::unpack_page(std::span<const uint8_t> bytes, int32_t page) {
   for (size_t l = 0; l < v.k_pages.size(); ++l) {
     for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
       const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      std::memcpy(static_cast<uint8_t*>(t->data) + per * page, bytes.data() + off, per);
+      copy_bytes(static_cast<uint8_t*>(t->data) + per * page, t->device, bytes.data() + off,
+                 Device::cpu, per);
       off += per;
     }
   }
@@ -80,7 +84,8 @@ std::vector<uint8_t> PrefixCache::pack_slot(int32_t slot) const {
     for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
       const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
       const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * slot;
-      out.insert(out.end(), src, src + per);
+      out.resize(out.size() + per);
+      copy_bytes(out.data() + out.size() - per, Device::cpu, src, t->device, per);
     }
   }
   return out;
@@ -93,7 +98,8 @@ bool PrefixCache::unpack_slot(std::span<const uint8_t> bytes, int32_t slot) {
   for (size_t l = 0; l < v.conv.size(); ++l) {
     for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
       const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      std::memcpy(static_cast<uint8_t*>(t->data) + per * slot, bytes.data() + off, per);
+      copy_bytes(static_cast<uint8_t*>(t->data) + per * slot, t->device, bytes.data() + off,
+                 Device::cpu, per);
       off += per;
     }
   }

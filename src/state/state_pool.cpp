@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 
 namespace hibana {
@@ -12,10 +13,10 @@ StatePool::StatePool(const StateSpec& spec, int64_t page_size, int64_t num_pages
   check(page_size > 0, ErrorKind::invalid_argument, "page size must be positive");
   views_.page_size = page_size;
   auto add = [&](std::vector<Tensor>& list, std::initializer_list<int64_t> dims) {
-    Tensor shape(nullptr, DType::f32, dims);
+    Tensor shape(nullptr, DType::f32, dims, spec.device);
     // Not cleared: attention reads only positions it wrote, and slots are zeroed when handed
     // out, so the memory is touched (and committed by the OS) only as it is used.
-    buffers_.emplace_back(std::max<size_t>(shape.nbytes(), 64));
+    buffers_.emplace_back(std::max<size_t>(shape.nbytes(), 64), spec.device);
     shape.data = buffers_.back().data();
     list.push_back(shape);
   };
@@ -90,7 +91,7 @@ void StatePool::clear_slot(int32_t slot) {
   for (const std::vector<Tensor>* list : {&views_.conv, &views_.ssm}) {
     for (const Tensor& t : *list) {
       const size_t per = t.nbytes() / static_cast<size_t>(t.shape[0]);
-      std::memset(static_cast<char*>(t.data) + per * slot, 0, per);
+      zero_bytes(static_cast<char*>(t.data) + per * slot, t.device, per);
     }
   }
 }

@@ -61,8 +61,12 @@ GenerationRequest greedy_request(std::vector<int32_t> prompt, int64_t n) {
   return r;
 }
 
-TEST(Engine, MatchesTransformersGreedy) {
-  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next");
+class EngineOnDevice : public testing::TestWithParam<std::string> {};
+
+// Through the scheduler, the prefix cache and the state pool on each device.
+TEST_P(EngineOnDevice, MatchesTransformersGreedy) {
+  if (test::unavailable(GetParam())) GTEST_SKIP();
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next", GetParam());
   EngineOptions opt;
   Engine engine(model, opt);
   for (const auto& ref : test::load_reference("qwen3_next")) {
@@ -74,6 +78,9 @@ TEST(Engine, MatchesTransformersGreedy) {
     EXPECT_EQ(s->usage().completion_tokens, static_cast<int64_t>(ref.greedy.size()));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, EngineOnDevice, testing::ValuesIn(test::test_devices()),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // Many requests at once, fewer slots than requests and a small token budget: every request
 // gets exactly its solo output.
@@ -115,10 +122,14 @@ TEST(Engine, MemoryPressureQueuesAndPreemptsWithoutLoss) {
   Engine engine(model, opt);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::shared_ptr<RequestStream>> streams;
+  // All six are queued before any runs: otherwise a slow submitter (a loaded CI machine) lets
+  // the first requests finish early and there is no memory pressure to test.
+  engine.hold_admission(true);
   for (int i = 0; i < 6; ++i) {
     prompts.push_back(prompt_of(60 + 7 * i, 50 + i, V));
     streams.push_back(engine.submit(greedy_request(prompts.back(), 40)));
   }
+  engine.hold_admission(false);
   for (int i = 0; i < 6; ++i) {
     Outcome o = collect(*streams[i]);
     EXPECT_EQ(o.finish, FinishReason::length);

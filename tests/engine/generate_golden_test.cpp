@@ -8,11 +8,15 @@
 namespace hibana {
 namespace {
 
-class GenerateGoldenTest : public testing::TestWithParam<std::string> {};
+using Param = std::tuple<std::string, std::string>;  // fixture, device
+
+class GenerateGoldenTest : public testing::TestWithParam<Param> {};
 
 TEST_P(GenerateGoldenTest, GreedyContinuationMatches) {
-  auto model = test::load_fixture_model(GetParam());
-  for (const auto& ref : test::load_reference(GetParam())) {
+  const auto& [name, device] = GetParam();
+  if (test::unavailable(device)) GTEST_SKIP();
+  auto model = test::load_fixture_model(name, device);
+  for (const auto& ref : test::load_reference(name)) {
     SCOPED_TRACE("prompt of " + std::to_string(ref.ids.size()) + " tokens");
     StatePool pool = make_pool_for(*model, static_cast<int64_t>(ref.ids.size() + ref.greedy.size() + 1));
     GenerateOptions go;
@@ -24,8 +28,11 @@ TEST_P(GenerateGoldenTest, GreedyContinuationMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateGoldenTest,
-                         testing::ValuesIn(test::fixture_model_names()),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+                         testing::Combine(testing::ValuesIn(test::fixture_model_names()),
+                                          testing::ValuesIn(test::test_devices())),
+                         [](const testing::TestParamInfo<Param>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
 
 }  // namespace
 }  // namespace hibana

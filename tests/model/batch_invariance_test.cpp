@@ -48,9 +48,15 @@ bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class BatchInvariance : public testing::TestWithParam<std::string> {
+using Param = std::tuple<std::string, std::string>;  // fixture, device
+
+class BatchInvariance : public testing::TestWithParam<Param> {
  protected:
-  void SetUp() override { model = test::load_fixture_model(GetParam()); }
+  void SetUp() override {
+    const auto& [name, device] = GetParam();
+    if (test::unavailable(device)) GTEST_SKIP();
+    model = test::load_fixture_model(name, device);
+  }
   std::unique_ptr<Model> model;
 };
 
@@ -166,8 +172,12 @@ TEST_P(BatchInvariance, SnapshotsResumeAnyPosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance,
-                         testing::Values("qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+                         testing::Combine(testing::Values("qwen3_dense", "qwen3_moe", "qwen3_next",
+                                                          "qwen3_5", "qwen3_5_moe", "qwen3_fp8"),
+                                          testing::ValuesIn(test::test_devices())),
+                         [](const testing::TestParamInfo<Param>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
 
 }  // namespace
 }  // namespace hibana

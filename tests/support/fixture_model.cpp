@@ -1,6 +1,7 @@
 #include "support/fixture_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -38,8 +39,18 @@ std::vector<ReferencePrompt> load_reference(const std::string& name) {
   return out;
 }
 
-std::unique_ptr<Model> load_fixture_model(const std::string& name) {
-  return Model::load(fixture_model_dir(name), make_cpu_backend());
+std::unique_ptr<Model> load_fixture_model(const std::string& name, const std::string& device) {
+  return Model::load(fixture_model_dir(name), make_backend(device));
+}
+
+std::vector<std::string> test_devices() { return {"cpu", "cuda"}; }
+
+bool unavailable(const std::string& device) {
+  if (device == "cuda" && !cuda_available()) {
+    std::fprintf(stderr, "no CUDA GPU here: skipping the CUDA case\n");
+    return true;
+  }
+  return false;
 }
 
 }  // namespace hibana::test

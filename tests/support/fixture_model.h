@@ -21,6 +21,13 @@ struct ReferencePrompt {
 std::vector<std::string> fixture_model_names();
 std::string fixture_model_dir(const std::string& name);
 std::vector<ReferencePrompt> load_reference(const std::string& name);
-std::unique_ptr<Model> load_fixture_model(const std::string& name);
+// On the backend of `device` ("cpu" or "cuda").
+std::unique_ptr<Model> load_fixture_model(const std::string& name, const std::string& device = "cpu");
+
+// The devices model tests run on: the CPU, and CUDA (whose cases skip without a GPU).
+std::vector<std::string> test_devices();
+// True (after reporting a skip) when `device` cannot run here; use as
+// `if (test::unavailable(device)) GTEST_SKIP();`.
+bool unavailable(const std::string& device);
 
 }  // namespace hibana::test

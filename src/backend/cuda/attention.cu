@@ -1,0 +1,212 @@
+// Paged KV storage and causal GQA attention on CUDA.
+//
+// A token's keys are cut into fixed splits of kSplit absolute positions. One CTA per (token,
+// KV head, split) runs an online softmax over its split, one warp per query head of the group,
+// sharing each 32-key tile of K and V through shared memory; a second kernel merges the splits
+// of each (token, head) in split order. Split boundaries depend only on positions, so a token's
+// output does not depend on the batch it came in or on how its prompt was chunked.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+namespace hibana::cuda {
+
+namespace {
+
+constexpr int kSplit = 256;  // positions per split
+constexpr int kTile = 32;    // keys per shared-memory tile
+constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
+
+__global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int64_t ldv,
+                                float* kp, float* vp, const int32_t* slots, int64_t T,
+                                int64_t kv_heads, int64_t page, int64_t hd) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * kv_heads * hd) return;
+  const int64_t t = i / (kv_heads * hd), h = (i / hd) % kv_heads, d = i % hd;
+  const int64_t slot = slots[t], pg = slot / page, off = slot % page;
+  const int64_t dst = ((pg * kv_heads + h) * page + off) * hd + d;
+  kp[dst] = k[t * ldk + h * hd + d];
+  vp[dst] = v[t * ldv + h * hd + d];
+}
+
+struct AttnParams {
+  const float* q;
+  int64_t ldq;
+  const float* kp;
+  const float* vp;
+  const int32_t* pos;
+  const int32_t* token_seq;
+  const int32_t* table;
+  int64_t max_pages, page, kv_heads, heads, hd;
+  float scale;
+  int64_t t_begin;  // first token of this launch
+  int max_splits;
+  float* partial;   // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
+};
+
+__global__ void attention_split_kernel(AttnParams p) {
+  const int64_t t = p.t_begin + blockIdx.x;
+  const int64_t kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int64_t qpos = p.pos[t];
+  const int64_t begin = static_cast<int64_t>(split) * kSplit;
+  if (begin > qpos) return;
+  const int64_t end = min(qpos + 1, begin + kSplit);
+  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t hd = p.hd, h = kvh * group + warp;
+  const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
+
+  extern __shared__ float sm[];
+  float* ks = sm;                          // [kTile][hd + 1]
+  float* vs = ks + kTile * (hd + 1);       // [kTile][hd]
+  float* qs = vs + kTile * hd;             // [group][hd]
+  for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
+
+  float acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int64_t j0 = begin; j0 < end; j0 += kTile) {
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
+      const int64_t j = idx / hd, d = idx % hd, pj = j0 + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (pj < end) {
+        const int64_t src = ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d;
+        kv = p.kp[src];
+        vv = p.vp[src];
+      }
+      ks[j * (hd + 1) + d] = kv;
+      vs[j * hd + d] = vv;
+    }
+    __syncthreads();
+    const bool valid = j0 + lane < end;
+    float s = -INFINITY;
+    if (valid) {
+      const float* kr = ks + lane * (hd + 1);
+      const float* qr = qs + warp * hd;
+      float dot = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) dot = fmaf(qr[d], kr[d], dot);
+      s = dot * p.scale;
+    }
+    const float m_new = fmaxf(m_run, warp_max(s));
+    const float pj = valid ? expf(s - m_new) : 0.0f;
+    const float alpha = expf(m_run - m_new);
+    l_run = l_run * alpha + warp_sum(pj);
+    m_run = m_new;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= alpha;
+    const int nvalid = static_cast<int>((end - j0 < kTile ? end - j0 : kTile));
+    for (int j = 0; j < nvalid; ++j) {
+      const float w = __shfl_sync(0xffffffffu, pj, j);
+      const float* vr = vs + j * hd;
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int64_t d = lane + 32 * i;
+        if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
+      }
+    }
+  }
+  float* out = p.partial +
+               (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (d < hd) out[d] = acc[i];
+  }
+  if (lane == 0) {
+    out[hd] = m_run;
+    out[hd + 1] = l_run;
+  }
+}
+
+// One warp per (token, head): merges the token's splits in order and normalises.
+__global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
+                                       int64_t tokens, int64_t heads, int64_t hd, int max_splits,
+                                       float* out, int64_t ldo) {
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= tokens * heads) return;
+  const int64_t tl = w / heads, h = w % heads, t = t_begin + tl;
+  const int n = static_cast<int>(pos[t] / kSplit) + 1;
+  const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
+  float o[kMaxDimsPerLane];
+  float M = base[hd], L = base[hd + 1];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] = lane + 32 * i < hd ? base[lane + 32 * i] : 0.0f;
+  for (int s = 1; s < n; ++s) {
+    const float* ps = base + s * (hd + 2);
+    const float ms = ps[hd], ls = ps[hd + 1];
+    const float Mn = fmaxf(M, ms), a = expf(M - Mn), b = expf(ms - Mn);
+    L = L * a + ls * b;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (lane + 32 * i < hd) o[i] = fmaf(ps[lane + 32 * i], b, o[i] * a);
+    }
+    M = Mn;
+  }
+  const float inv = 1.0f / L;
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (d < hd) out[t * ldo + h * hd + d] = o[i] * inv;
+  }
+}
+
+}  // namespace
+
+void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
+              const BatchLayout& layout) {
+  const int64_t kv_heads = k_pages.shape[1], page = k_pages.shape[2], hd = k_pages.shape[3];
+  check(page == layout.page_size, ErrorKind::internal, "store_kv: page size mismatch");
+  check(k.shape[1] == kv_heads * hd && v.shape[1] == kv_heads * hd, ErrorKind::internal,
+        "store_kv: k/v width");
+  const int64_t n = layout.num_tokens * kv_heads * hd;
+  if (n == 0) return;
+  store_kv_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(
+      k.ptr<float>(), ld(k), v.ptr<float>(), ld(v), k_pages.ptr<float>(), v_pages.ptr<float>(),
+      layout.kv_slot.ptr<int32_t>(), layout.num_tokens, kv_heads, page, hd);
+  launched("store_kv_kernel");
+}
+
+void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
+               float scale, const BatchLayout& layout, Tensor out) {
+  const int64_t kv_heads = k_pages.shape[1], page = k_pages.shape[2], hd = k_pages.shape[3];
+  check(heads % kv_heads == 0, ErrorKind::internal, "attention: heads not a multiple of kv heads");
+  const int64_t group = heads / kv_heads;
+  check(group <= 32, ErrorKind::unsupported, "CUDA attention: more than 32 query heads per KV head");
+  check(hd <= 32 * kMaxDimsPerLane, ErrorKind::unsupported, "CUDA attention: head_dim above 256");
+  const int64_t T = layout.num_tokens;
+  if (T == 0) return;
+  const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);
+  const size_t smem = (kTile * (hd + 1) + kTile * hd + group * hd) * sizeof(float);
+  static bool attr_set = false;
+  if (!attr_set) {
+    HIBANA_CUDA(cudaFuncSetAttribute(attention_split_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    attr_set = true;
+  }
+  // Tokens per launch: bounded so the split partials stay under 256 MiB.
+  const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
+  const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>((size_t(256) << 20) / per_token), 1, T);
+  Scratch partial(static_cast<size_t>(chunk) * per_token);
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    AttnParams p{q.ptr<float>(), ld(q), k_pages.ptr<float>(), v_pages.ptr<float>(),
+                 layout.positions.ptr<int32_t>(), layout.token_seq.ptr<int32_t>(),
+                 layout.page_table.ptr<int32_t>(), layout.max_pages, page, kv_heads, heads, hd,
+                 scale, t0, max_splits, partial.as<float>()};
+    dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
+              static_cast<unsigned>(max_splits));
+    attention_split_kernel<<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(p);
+    launched("attention_split_kernel");
+    attention_merge_kernel<<<blocks_for(n * heads * 32, 256), 256, 0, stream()>>>(
+        partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
+        out.ptr<float>(), ld(out));
+    launched("attention_merge_kernel");
+  }
+}
+
+}  // namespace hibana::cuda

@@ -1,0 +1,149 @@
+// Shared by the CUDA kernel files: error checks, the compute stream, stream-ordered scratch
+// memory, and element decoding. Kernels compute in f32 whatever the storage dtype.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace hibana::cuda {
+
+[[noreturn]] void throw_cuda(cudaError_t e, const char* what);
+
+#define HIBANA_CUDA(call)                                           \
+  do {                                                              \
+    cudaError_t hibana_e_ = (call);                                 \
+    if (hibana_e_ != cudaSuccess) ::hibana::cuda::throw_cuda(hibana_e_, #call); \
+  } while (0)
+
+// Every kernel and copy of the backend runs on this stream, so work is ordered without events.
+cudaStream_t stream();
+
+// Reports a failed launch (bad configuration) at the launch site.
+inline void launched(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw_cuda(e, kernel);
+}
+
+// Device memory that lives until the end of the current op (stream-ordered: freed memory is
+// reused only by work queued after it).
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// Storage formats a kernel can read, as template parameters.
+enum class Elt : int { f32, bf16, f16, fp8 };
+
+inline Elt elt_of(DType t) {
+  switch (t) {
+    case DType::f32: return Elt::f32;
+    case DType::bf16: return Elt::bf16;
+    case DType::f16: return Elt::f16;
+    case DType::f8_e4m3: return Elt::fp8;
+    default:
+      throw Error(ErrorKind::unsupported,
+                  std::string("CUDA kernels cannot read dtype ") + dtype_name(t));
+  }
+}
+
+template <Elt E>
+struct EltInfo;
+template <>
+struct EltInfo<Elt::f32> { static constexpr int size = 4; };
+template <>
+struct EltInfo<Elt::bf16> { static constexpr int size = 2; };
+template <>
+struct EltInfo<Elt::f16> { static constexpr int size = 2; };
+template <>
+struct EltInfo<Elt::fp8> { static constexpr int size = 1; };
+
+template <Elt E>
+__device__ __forceinline__ float load_elt(const void* base, int64_t i) {
+  if constexpr (E == Elt::f32) {
+    return static_cast<const float*>(base)[i];
+  } else if constexpr (E == Elt::bf16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  } else if constexpr (E == Elt::f16) {
+    return __half2float(static_cast<const __half*>(base)[i]);
+  } else {
+    __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(base)[i], __NV_E4M3);
+    return __half2float(__half(h));
+  }
+}
+
+// Decodes the 16 bytes `v` holds (16 / size elements) to f32.
+template <Elt E>
+__device__ __forceinline__ void decode16(const uint4& v, float* out) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (E == Elt::f32) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(w[i]);
+  } else if constexpr (E == Elt::bf16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else if constexpr (E == Elt::f16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      float2 f = __half22float2(h);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffff), __NV_E4M3);
+      __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
+      float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+      out[4 * i] = a.x;
+      out[4 * i + 1] = a.y;
+      out[4 * i + 2] = b.x;
+      out[4 * i + 3] = b.y;
+    }
+  }
+}
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// Sum over a warp in a fixed butterfly order (every lane gets the same bits).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Row stride in elements of a 2-D f32 tensor (rows may be a column range of a wider buffer).
+inline int64_t ld(const Tensor& t) { return t.stride[0]; }
+
+}  // namespace hibana::cuda

@@ -1,0 +1,207 @@
+// The CUDA backend: device memory for the rest of the program (registered with core/), the
+// stream every op runs on, and the Backend whose ops live in the other .cu files.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+#include "core/device_memory.h"
+#include "core/log.h"
+
+namespace hibana {
+
+namespace cuda {
+
+void throw_cuda(cudaError_t e, const char* what) {
+  const ErrorKind kind =
+      e == cudaErrorMemoryAllocation ? ErrorKind::out_of_memory : ErrorKind::internal;
+  throw Error(kind, std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+cudaStream_t stream() { return cudaStreamLegacy; }
+
+Scratch::Scratch(size_t bytes) {
+  if (bytes) HIBANA_CUDA(cudaMallocAsync(&p_, bytes, stream()));
+}
+Scratch::~Scratch() {
+  if (p_) cudaFreeAsync(p_, stream());
+}
+
+namespace {
+
+int g_num_sms = 0;
+
+// Buffers of at least this size come from cudaMalloc (weights, state pools); smaller ones from
+// the stream-ordered pool, which keeps freed memory for reuse.
+constexpr size_t kLargeAllocation = size_t(32) << 20;
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    cudaError_t e = bytes >= kLargeAllocation ? cudaMalloc(&p, bytes)
+                                              : cudaMallocAsync(&p, bytes, stream());
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls work
+      size_t free_b = 0, total = 0;
+      cudaMemGetInfo(&free_b, &total);
+      throw Error(ErrorKind::out_of_memory,
+                  "could not allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory (" +
+                      std::to_string(free_b >> 20) + " MiB free of " +
+                      std::to_string(total >> 20) + " MiB): " + cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void release(void* p, size_t bytes) override {
+    if (bytes >= kLargeAllocation) {
+      cudaFree(p);
+    } else {
+      cudaFreeAsync(p, stream());
+    }
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    HIBANA_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  }
+  void zero(void* p, size_t bytes) override {
+    HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
+  }
+  void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    HIBANA_CUDA(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    HIBANA_CUDA(cudaGetDeviceProperties(&prop, device));
+    check(prop.major >= 8, ErrorKind::unsupported,
+          std::string("GPU ") + prop.name + " has compute capability " +
+              std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+              "; Hibana's kernels need 8.0 (Ampere) or newer");
+    name_ = std::string("cuda:") + prop.name;
+    g_num_sms = prop.multiProcessorCount;
+    cudaMemPool_t pool;
+    HIBANA_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    HIBANA_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    static CudaMemory memory;
+    register_device_memory(Device::cuda, &memory);
+  }
+
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return name_; }
+  void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(cuda::stream())); }
+
+  double copy_bandwidth() override {
+    const size_t bytes = size_t(1) << 30;
+    Buffer a(bytes, Device::cuda), b(bytes, Device::cuda);
+    cudaEvent_t e0, e1;
+    HIBANA_CUDA(cudaEventCreate(&e0));
+    HIBANA_CUDA(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (int rep = 0; rep < 6; ++rep) {
+      HIBANA_CUDA(cudaEventRecord(e0, cuda::stream()));
+      HIBANA_CUDA(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
+      HIBANA_CUDA(cudaEventRecord(e1, cuda::stream()));
+      HIBANA_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      HIBANA_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      if (rep > 0) best = std::min(best, ms);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 2.0 * static_cast<double>(bytes) / (best * 1e-3);
+  }
+
+  void embedding(const Weight& table, const Tensor& ids, Tensor out) override {
+    cuda::embedding(table, ids, out);
+  }
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) override {
+    cuda::rmsnorm(x, w, eps, zero_centred, out);
+  }
+  void matmul(const Tensor& x, const Weight& w, Tensor out) override { cuda::matmul(x, w, out); }
+  void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
+    cuda::gather_columns(x, index, out);
+  }
+  void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
+            const BatchLayout& layout) override {
+    cuda::rope(x, heads, head_dim, rot_dim, theta, layout);
+  }
+  void add(Tensor x, const Tensor& y) override { cuda::add(x, y); }
+  void mul_sigmoid(Tensor x, const Tensor& g) override { cuda::mul_sigmoid(x, g); }
+  void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) override {
+    cuda::add_sigmoid_scaled(x, y, g);
+  }
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    cuda::silu_mul(gate, up, out);
+  }
+  void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
+                const BatchLayout& layout) override {
+    cuda::store_kv(k, v, k_pages, v_pages, layout);
+  }
+  void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
+                 float scale, const BatchLayout& layout, Tensor out) override {
+    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out);
+  }
+  void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
+                Tensor out) override {
+    cuda::gdn_conv(x, w, conv_states, layout, out);
+  }
+  void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+                      const Tensor& dt_bias, const GdnShape& shape, Tensor states,
+                      const BatchLayout& layout, Tensor out) override {
+    cuda::gdn_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, out);
+  }
+  void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
+                     Tensor out) override {
+    cuda::gated_rmsnorm(x, z, w, eps, out);
+  }
+  void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
+                 Tensor weights) override {
+    cuda::moe_route(logits, k, renormalise, ids, weights);
+  }
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertWeights& experts, Tensor out) override {
+    cuda::moe_experts(x, ids, weights, experts, out);
+  }
+  void copy_slot(Tensor states, int64_t src, int64_t dst) override {
+    check(src >= 0 && dst >= 0 && src < states.shape[0] && dst < states.shape[0],
+          ErrorKind::internal, "copy_slot: slot out of range");
+    const size_t bytes = states.nbytes() / states.shape[0];
+    char* base = static_cast<char*>(states.data);
+    if (src != dst) {
+      HIBANA_CUDA(cudaMemcpyAsync(base + dst * bytes, base + src * bytes, bytes,
+                                  cudaMemcpyDeviceToDevice, cuda::stream()));
+    }
+  }
+
+ private:
+  int device_;
+  std::string name_;
+};
+
+}  // namespace
+
+int num_sms() { return g_num_sms; }
+
+}  // namespace cuda
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace hibana

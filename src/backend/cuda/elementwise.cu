@@ -1,0 +1,277 @@
+// Embedding, norms, rotary embedding, elementwise ops and MoE routing on CUDA. Reductions run
+// in a fixed order per row, so a row's result does not depend on the other rows of the batch.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+namespace hibana::cuda {
+
+namespace {
+
+void check_same_rows(const Tensor& a, const Tensor& b, const char* op) {
+  check(a.shape[0] == b.shape[0] && a.shape[1] == b.shape[1], ErrorKind::internal,
+        std::string(op) + ": shapes " + a.shape_string() + " and " + b.shape_string() + " differ");
+}
+
+// ---- embedding ---------------------------------------------------------------------------
+
+template <Elt E>
+__global__ void embedding_kernel(const void* table, int64_t ldt, const float* scale,
+                                 int64_t scale_ld, int64_t block_rows, int64_t block_cols,
+                                 const int32_t* ids, int64_t H, float* out, int64_t ldo) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = ids[t];
+  for (int64_t i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
+    float v = load_elt<E>(table, row * ldt + i);
+    if (scale) v *= scale[(row / block_rows) * scale_ld + i / block_cols];
+    out[t * ldo + i] = v;
+  }
+}
+
+// ---- norms -------------------------------------------------------------------------------
+
+// One warp per group of G values: y = x * rsqrt(mean(x^2) + eps) * w (or * (1 + w)), and for the
+// gated form additionally * silu(z).
+template <bool kGated>
+__global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
+                               const float* w, float eps, bool zero_centred, int64_t rows,
+                               int64_t D, int64_t G, float* out, int64_t ldo) {
+  const int64_t groups_per_row = D / G;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= rows * groups_per_row) return;
+  const int64_t r = warp / groups_per_row, c0 = (warp % groups_per_row) * G;
+  const float* xr = x + r * ldx + c0;
+  float ss = 0.0f;
+  for (int64_t i = lane; i < G; i += 32) ss = fmaf(xr[i], xr[i], ss);
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(G) + eps);
+  float* yr = out + r * ldo + c0;
+  for (int64_t i = lane; i < G; i += 32) {
+    float y = zero_centred ? (xr[i] * inv) * (1.0f + w[i]) : w[i] * (xr[i] * inv);
+    if constexpr (kGated) y *= silu_f(z[r * ldz + c0 + i]);
+    yr[i] = y;
+  }
+}
+
+// ---- rotary embedding ----------------------------------------------------------------------
+
+__global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int64_t head_dim,
+                            int64_t half, float theta, int64_t rot_dim, const int32_t* pos) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * heads * half) return;
+  const int64_t t = i / (heads * half), h = (i / half) % heads, d = i % half;
+  const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(rot_dim));
+  const float ang = static_cast<float>(pos[t]) * inv_freq;
+  const float cs = cosf(ang), sn = sinf(ang);
+  float* v = x + t * ldx + h * head_dim;
+  const float x1 = v[d], x2 = v[d + half];
+  v[d] = x1 * cs - x2 * sn;
+  v[d + half] = x2 * cs + x1 * sn;
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+enum class Op { add, mul_sigmoid, silu_mul, gather };
+
+template <Op kOp>
+__global__ void binary_kernel(float* out, int64_t ldo, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, const int32_t* index, int64_t rows, int64_t cols) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  if constexpr (kOp == Op::add) {
+    out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
+  } else if constexpr (kOp == Op::mul_sigmoid) {
+    out[r * ldo + c] = a[r * lda + c] * sigmoid_f(b[r * ldb + c]);
+  } else if constexpr (kOp == Op::silu_mul) {
+    out[r * ldo + c] = silu_f(a[r * lda + c]) * b[r * ldb + c];
+  } else {
+    out[r * ldo + c] = a[r * lda + index[c]];
+  }
+}
+
+template <Op kOp>
+void launch_binary(Tensor out, const Tensor& a, const Tensor& b, const int32_t* index = nullptr) {
+  const int64_t rows = out.shape[0], cols = out.shape[1];
+  if (rows * cols == 0) return;
+  binary_kernel<kOp><<<blocks_for(rows * cols, 256), 256, 0, stream()>>>(
+      out.ptr<float>(), ld(out), a.ptr<float>(), ld(a), b.empty() ? nullptr : b.ptr<float>(),
+      b.empty() ? 0 : ld(b), index, rows, cols);
+  launched("binary_kernel");
+}
+
+__global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y, int64_t ldy,
+                                          const float* g, int64_t ldg, int64_t rows, int64_t cols) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  x[r * ldx + c] += sigmoid_f(g[r * ldg]) * y[r * ldy + c];
+}
+
+// ---- MoE routing -------------------------------------------------------------------------------
+
+// One warp per token: softmax over E logits, then k rounds of arg-max (ties to the lower index).
+__global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, int64_t E, int k,
+                                 bool renormalise, int32_t* ids, float* weights, float* probs) {
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= T) return;
+  const float* l = logits + t * ldl;
+  float* p = probs + t * E;
+  float mx = -INFINITY;
+  for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t e = lane; e < E; e += 32) {
+    p[e] = expf(l[e] - mx);
+    sum += p[e];
+  }
+  sum = warp_sum(sum);
+  for (int64_t e = lane; e < E; e += 32) p[e] /= sum;
+  __syncwarp();
+  float total = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    float best = -1.0f;
+    int best_e = INT32_MAX;
+    for (int64_t e = lane; e < E; e += 32) {
+      if (p[e] > best) {
+        best = p[e];
+        best_e = static_cast<int>(e);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if (lane == 0) {
+      ids[t * k + j] = best_e;
+      weights[t * k + j] = best;
+    }
+    total += best;
+    __syncwarp();
+    if (lane == best_e % 32) p[best_e] = -2.0f;  // taken
+    __syncwarp();
+  }
+  if (renormalise && lane == 0) {
+    for (int j = 0; j < k; ++j) weights[t * k + j] /= total;
+  }
+}
+
+}  // namespace
+
+void embedding(const Weight& table, const Tensor& ids, Tensor out) {
+  const int64_t T = ids.numel(), H = table.cols();
+  check(out.shape[0] == T && out.shape[1] == H, ErrorKind::internal, "embedding: output shape");
+  if (T == 0) return;
+  const float* scale = nullptr;
+  int64_t scale_ld = 0;
+  if (!table.scale.empty()) {
+    check(table.scale.dtype == DType::f32, ErrorKind::unsupported,
+          "CUDA embedding: block scales must be f32");
+    scale = table.scale.ptr<float>();
+    scale_ld = table.scale.stride[0];
+  }
+  dim3 grid(static_cast<unsigned>(T), std::min(blocks_for(H, 256), 64u));
+  auto go = [&](auto kernel) {
+    kernel<<<grid, 256, 0, stream()>>>(table.w.data, table.w.stride[0], scale, scale_ld,
+                                        table.block_rows, table.block_cols, ids.ptr<int32_t>(), H,
+                                        out.ptr<float>(), ld(out));
+  };
+  switch (elt_of(table.w.dtype)) {
+    case Elt::f32: go(embedding_kernel<Elt::f32>); break;
+    case Elt::bf16: go(embedding_kernel<Elt::bf16>); break;
+    case Elt::f16: go(embedding_kernel<Elt::f16>); break;
+    case Elt::fp8: go(embedding_kernel<Elt::fp8>); break;
+  }
+  launched("embedding_kernel");
+}
+
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) {
+  check_same_rows(x, out, "rmsnorm");
+  const int64_t R = x.shape[0], D = x.shape[1], G = w.numel();
+  check(G > 0 && D % G == 0, ErrorKind::internal, "rmsnorm: weight size does not divide the row");
+  const int64_t warps = R * (D / G);
+  if (warps == 0) return;
+  rmsnorm_kernel<false><<<blocks_for(warps * 32, 256), 256, 0, stream()>>>(
+      x.ptr<float>(), ld(x), nullptr, 0, w.ptr<float>(), eps, zero_centred, R, D, G,
+      out.ptr<float>(), ld(out));
+  launched("rmsnorm_kernel");
+}
+
+void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out) {
+  check_same_rows(x, out, "gated_rmsnorm");
+  check_same_rows(x, z, "gated_rmsnorm");
+  const int64_t R = x.shape[0], D = x.shape[1], G = w.numel();
+  check(G > 0 && D % G == 0, ErrorKind::internal, "gated_rmsnorm: weight size");
+  const int64_t warps = R * (D / G);
+  if (warps == 0) return;
+  rmsnorm_kernel<true><<<blocks_for(warps * 32, 256), 256, 0, stream()>>>(
+      x.ptr<float>(), ld(x), z.ptr<float>(), ld(z), w.ptr<float>(), eps, false, R, D, G,
+      out.ptr<float>(), ld(out));
+  launched("gated_rmsnorm_kernel");
+}
+
+void gather_columns(const Tensor& x, const Tensor& index, Tensor out) {
+  check(out.shape[1] == index.numel() && out.shape[0] == x.shape[0], ErrorKind::internal,
+        "gather_columns: output shape");
+  launch_binary<Op::gather>(out, x, Tensor(), index.ptr<int32_t>());
+}
+
+void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
+          const BatchLayout& layout) {
+  check(rot_dim % 2 == 0 && rot_dim <= head_dim, ErrorKind::internal, "rope: rotary dims");
+  const int64_t T = x.shape[0], half = rot_dim / 2, n = T * heads * half;
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(x.ptr<float>(), ld(x), T, heads, head_dim,
+                                                        half, static_cast<float>(theta), rot_dim,
+                                                        layout.positions.ptr<int32_t>());
+  launched("rope_kernel");
+}
+
+void add(Tensor x, const Tensor& y) {
+  check_same_rows(x, y, "add");
+  launch_binary<Op::add>(x, x, y);
+}
+
+void mul_sigmoid(Tensor x, const Tensor& g) {
+  check_same_rows(x, g, "mul_sigmoid");
+  launch_binary<Op::mul_sigmoid>(x, x, g);
+}
+
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) {
+  check_same_rows(gate, up, "silu_mul");
+  check_same_rows(gate, out, "silu_mul");
+  launch_binary<Op::silu_mul>(out, gate, up);
+}
+
+void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) {
+  check_same_rows(x, y, "add_sigmoid_scaled");
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  if (rows * cols == 0) return;
+  add_sigmoid_scaled_kernel<<<blocks_for(rows * cols, 256), 256, 0, stream()>>>(
+      x.ptr<float>(), ld(x), y.ptr<float>(), ld(y), g.ptr<float>(), ld(g), rows, cols);
+  launched("add_sigmoid_scaled_kernel");
+}
+
+void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Tensor weights) {
+  const int64_t T = logits.shape[0], E = logits.shape[1];
+  check(k >= 1 && k <= E, ErrorKind::internal, "moe_route: top-k out of range");
+  check(ids.is_contiguous() && weights.is_contiguous(), ErrorKind::internal,
+        "moe_route: outputs must be contiguous");
+  if (T == 0) return;
+  Scratch probs(static_cast<size_t>(T * E) * sizeof(float));
+  moe_route_kernel<<<blocks_for(T * 32, 128), 128, 0, stream()>>>(
+      logits.ptr<float>(), ld(logits), T, E, static_cast<int>(k), renormalise,
+      ids.ptr<int32_t>(), weights.ptr<float>(), probs.as<float>());
+  launched("moe_route_kernel");
+}
+
+}  // namespace hibana::cuda

@@ -1,0 +1,42 @@
+// The CUDA implementations of the Backend ops, one .cu file per family. Each takes device
+// tensors laid out as backend.h describes and queues its kernels on stream(); none waits.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace hibana::cuda {
+
+int num_sms();
+
+// elementwise.cu
+void embedding(const Weight& table, const Tensor& ids, Tensor out);
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out);
+void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out);
+void gather_columns(const Tensor& x, const Tensor& index, Tensor out);
+void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
+          const BatchLayout& layout);
+void add(Tensor x, const Tensor& y);
+void mul_sigmoid(Tensor x, const Tensor& g);
+void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g);
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor out);
+void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Tensor weights);
+
+// matmul.cu
+void matmul(const Tensor& x, const Weight& w, Tensor out);
+void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts, Tensor out);
+
+// attention.cu
+void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
+              const BatchLayout& layout);
+void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
+               float scale, const BatchLayout& layout, Tensor out);
+
+// gdn.cu
+void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
+              Tensor out);
+void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+                    const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
+                    const BatchLayout& layout, Tensor out);
+
+}  // namespace hibana::cuda

@@ -1,0 +1,14 @@
+// Stand-ins for the CUDA backend in a build without nvcc.
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace hibana {
+
+bool cuda_available() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error(ErrorKind::unsupported,
+              "this hibana was built without CUDA (nvcc was not found when it was configured)");
+}
+
+}  // namespace hibana

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, all.
+# Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+B=build-gpu
+status=0
+
+stage_build() {
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DHIBANA_BENCH=OFF \
+    -DHIBANA_CUDA_ARCHS=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; return 1; }
+  cmake --build $B -j16 --target hibana backend_tests model_tests engine_tests >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; return 1; }
+  echo "build: ok"
+}
+
+stage_tests() {
+  local f='CudaOps*:*cuda*:*Cuda*'
+  for t in backend_tests model_tests engine_tests; do
+    timeout 300 $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$OUT/$t.log" 2>&1
+    local rc=$?
+    echo "$t: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$OUT/$t.log" | head -40; status=1; }
+  done
+}
+
+stage_sanitize() {
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
+    --gtest_filter='CudaOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
+  echo "compute-sanitizer ops: rc=$? $(tail -1 "$OUT/sanitize_ops.log")"
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/model_tests \
+    --gtest_filter='*Golden*cuda*' --gtest_brief=1 >"$OUT/sanitize_golden.log" 2>&1
+  echo "compute-sanitizer golden: rc=$? $(tail -1 "$OUT/sanitize_golden.log")"
+}
+
+stage_bench_8b() {
+  timeout 240 $B/hibana bench decode --device cuda --load-format dummy \
+    --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1,8,32,64 --context 4096 \
+    --steps 16 2>&1 | tee "$OUT/bench_8b.log"
+}
+
+stage_bench_80b() {
+  timeout 400 $B/hibana bench decode --device cuda --load-format dummy \
+    --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1,8,32,64 --context 4096 \
+    --steps 16 2>&1 | tee "$OUT/bench_80b.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+for s in "$@"; do
+  case $s in
+    build) stage_build || exit 1 ;;
+    tests) stage_tests ;;
+    sanitize) stage_sanitize ;;
+    bench-8b) stage_bench_8b ;;
+    bench-80b) stage_bench_80b ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
+exit $status

@@ -74,6 +74,9 @@ class Backend {
   // Measured copy bandwidth of the backend's memory in bytes/s (read + write), or 0 when the
   // caller should measure host memory itself.
   virtual double copy_bandwidth() { return 0.0; }
+  // GPU time per op since the last report, when the backend was asked to time its ops
+  // (HIBANA_CUDA_TIMING=1); empty otherwise.
+  virtual std::string timing_report() { return {}; }
 
   // out[t] = table[ids[t]] (any float dtype, converted to f32).
   virtual void embedding(const Weight& table, const Tensor& ids, Tensor out) = 0;

@@ -107,9 +107,11 @@ int run_decode(const BenchArgs& a) {
       model->forward(in, pool.views(), ForwardOptions{}, out);
     };
     step(a.context);  // warm-up
+    model->backend().timing_report();  // forget the warm-up's op times
     auto t0 = Clock::now();
     for (int64_t s = 0; s < a.steps; ++s) step(a.context + 1 + s);
     const double per_step = seconds_since(t0) / static_cast<double>(a.steps);
+    const std::string timing = model->backend().timing_report();
     const double bytes = weight_bytes_per_step(*model, batch) +
                          static_cast<double>(batch) *
                              (static_cast<double>(spec.kv_bytes_per_token()) * a.context +
@@ -119,6 +121,10 @@ int run_decode(const BenchArgs& a) {
     std::printf("%6d %8lld %12.1f %14.3f %12.4f %9.1f%%\n", batch,
                 static_cast<long long>(a.context), batch / per_step, per_step * 1e3, bytes / 1e9,
                 100.0 * roofline);
+    if (!timing.empty()) {
+      std::printf("  GPU time per op over %lld steps (HIBANA_CUDA_TIMING):\n%s",
+                  static_cast<long long>(a.steps), timing.c_str());
+    }
   }
   return 0;
 }
@@ -143,8 +149,10 @@ int run_prefill(const BenchArgs& a) {
     return seconds_since(t0);
   };
   once();
+  model->backend().timing_report();  // forget the warm-up's op times
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) best = std::min(best, once());
+  const std::string timing = model->backend().timing_report();
   // Matmul work per token: every layer's dense matrices, the k routed experts and the shared
   // expert of MoE layers; plus the lm_head for the one row that needs logits. Attention's
   // quadratic part is not counted.
@@ -167,6 +175,7 @@ int run_prefill(const BenchArgs& a) {
   std::printf("prefill %lld tokens: %.1f tokens/s (%.3f s), %.1f GFLOP/s in matmuls "
               "(2 x active matrix parameters x tokens)\n",
               static_cast<long long>(n), n / best, best, flops / best / 1e9);
+  if (!timing.empty()) std::printf("  GPU time per op over 3 passes (HIBANA_CUDA_TIMING):\n%s", timing.c_str());
   return 0;
 }
 

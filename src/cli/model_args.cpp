@@ -17,6 +17,10 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--dtype", dtype, "dtype of dummy weights: bf16, f16, f32 or fp8");
   cmd.add_option("--seed-weights", seed, "seed of dummy weights");
   cmd.add_flag("--no-mtp", no_mtp, "do not load the multi-token-prediction head");
+  cmd.add_option("--weights", weights,
+                 "auto (as stored) or fp8 (convert bf16/f16/f32 matrices to fp8 with 128x128 "
+                 "block scales at load)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
   cmd.add_option("--device", device, "auto (a CUDA GPU when there is one), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
@@ -45,12 +49,13 @@ std::unique_ptr<Model> ModelArgs::load() const {
     if (config.empty()) {
       throw Error(ErrorKind::invalid_argument, "--load-format dummy needs --config CONFIG.json");
     }
-    auto dt = dtype_from_name(dtype);
+    auto dt = dtype_from_name(weights == "fp8" ? "fp8" : dtype);
     if (!dt) throw Error(ErrorKind::invalid_argument, "unknown --dtype '" + dtype + "'");
     return Model::dummy(config, *dt, backend, seed);
   }
   LoadOptions opts;
   opts.load_mtp = !no_mtp;
+  opts.fp8 = weights == "fp8";
   std::string path = model.empty() ? default_model_dir() : model;
   log_debug("loading ", path, " on ", backend->name());
   return Model::load(path, backend, opts);

@@ -18,6 +18,7 @@ struct ModelArgs {
   uint64_t seed = 1;
   bool no_mtp = false;
   std::string device = "auto";
+  std::string weights = "auto";
 
   void add_to(CLI::App& cmd);
   // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.

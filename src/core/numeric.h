@@ -71,24 +71,27 @@ inline float f8e4m3_to_f32(uint8_t v) {
   return sign ? -r : r;
 }
 
-// Saturating conversion (values beyond ±448 clamp), round to nearest even.
+// Saturating conversion (values beyond ±448 clamp to ±448), round to nearest even.
 inline uint8_t f32_to_f8e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
-  uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fabs(f);
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
   if (a >= 448.0f) return sign | 0x7e;
-  // Find the nearest representable value by scanning the 127 non-negative codes (cheap enough
-  // for load-time conversion; the hot paths never convert to fp8).
-  uint8_t best = 0;
-  float best_err = a;
-  for (uint8_t c = 1; c < 0x7f; ++c) {
-    float err = std::fabs(f8e4m3_to_f32(c) - a);
-    if (err < best_err || (err == best_err && (c & 1) == 0 && (best & 1) == 1)) {
-      best = c;
-      best_err = err;
-    }
+  if (a < 0.015625f) {  // below the smallest normal (2^-6): multiples of 2^-9
+    // nearbyint rounds half to even; 8 * 2^-9 lands exactly on the smallest normal's code.
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
   }
-  return sign | best;
+  const uint32_t u = f32_to_bits(a);
+  int32_t exp = static_cast<int32_t>(u >> 23) - 127;
+  uint32_t man = (u >> 20) & 7u;
+  const uint32_t rest = u & 0xfffffu, half = 0x80000u;
+  if (rest > half || (rest == half && (man & 1u))) ++man;
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  const uint32_t code = (static_cast<uint32_t>(exp + 7) << 3) | man;
+  return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
 }
 
 }  // namespace hibana

@@ -129,13 +129,18 @@ Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> dims) const {
   return t;
 }
 
-OwnedTensor make_tensor(DType dtype, std::initializer_list<int64_t> dims, Device device) {
+OwnedTensor make_uninit_tensor(DType dtype, std::initializer_list<int64_t> dims, Device device) {
   Tensor shape_only(nullptr, dtype, dims, device);
   OwnedTensor out;
   out.buffer = Buffer(shape_only.nbytes(), device);
   out.tensor = shape_only;
   out.tensor.data = out.buffer.data();
-  if (out.buffer.data()) zero_bytes(out.buffer.data(), device, shape_only.nbytes());
+  return out;
+}
+
+OwnedTensor make_tensor(DType dtype, std::initializer_list<int64_t> dims, Device device) {
+  OwnedTensor out = make_uninit_tensor(dtype, dims, device);
+  if (out.buffer.data()) zero_bytes(out.buffer.data(), device, out.tensor.nbytes());
   return out;
 }
 

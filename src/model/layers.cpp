@@ -7,9 +7,10 @@
 namespace hibana::layers {
 
 namespace {
-// Scratch activations live on the backend's device.
+// Scratch activations live on the backend's device; every op writes its output in full, so
+// they are not cleared.
 OwnedTensor scratch(const Backend& be, int64_t rows, int64_t cols) {
-  return make_tensor(DType::f32, {rows, cols}, be.device());
+  return make_uninit_tensor(DType::f32, {rows, cols}, be.device());
 }
 
 // Columns [begin, begin + width) of a [rows, cols] f32 tensor, as a strided view.
@@ -101,7 +102,7 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
   OwnedTensor logits = scratch(be, T, E);
   be.matmul(xn, w.router, logits.tensor);
-  OwnedTensor ids = make_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
+  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
   be.moe_route(logits.tensor, k, c.norm_topk_prob, ids.tensor, weights.tensor);
   be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
   if (!w.shared.gate.empty()) {

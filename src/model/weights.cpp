@@ -1,11 +1,15 @@
 // Maps each architecture's tensor names onto ModelWeights.
 #include "model/weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/numeric.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/weight_source.h"
 
@@ -225,6 +229,86 @@ void for_each_layer_tensor(LayerWeights& l, Fn&& fn) {
 
 }  // namespace
 
+namespace {
+// Row r of an unscaled f32/bf16/f16 matrix as f32.
+void decode_matrix_row(const Weight& w, int64_t r, float* dst) {
+  const int64_t K = w.cols();
+  const char* src = static_cast<const char*>(w.w.data) + r * w.w.stride[0] * dtype_size(w.w.dtype);
+  for (int64_t k = 0; k < K; ++k) {
+    switch (w.w.dtype) {
+      case DType::f32: dst[k] = reinterpret_cast<const float*>(src)[k]; break;
+      case DType::bf16: dst[k] = bf16_to_f32(reinterpret_cast<const uint16_t*>(src)[k]); break;
+      case DType::f16: dst[k] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[k]); break;
+      default:
+        throw Error(ErrorKind::unsupported,
+                    std::string("fp8 conversion of a ") + dtype_name(w.w.dtype) + " matrix");
+    }
+  }
+}
+}  // namespace
+
+Weight quantize_fp8(const Weight& w, std::vector<std::shared_ptr<void>>& owned) {
+  if (w.empty() || w.w.dtype == DType::f8_e4m3) return w;
+  check(w.scale.empty() && w.w.device == Device::cpu, ErrorKind::unsupported,
+        "fp8 conversion of a matrix that already has scales");
+  const int64_t N = w.rows(), K = w.cols(), B = 128;
+  const int64_t sr = (N + B - 1) / B, sc = (K + B - 1) / B;
+  auto codes = std::make_shared<Buffer>(static_cast<size_t>(N * K));
+  auto scales = std::make_shared<Buffer>(static_cast<size_t>(sr * sc) * sizeof(float));
+  uint8_t* cp = static_cast<uint8_t*>(codes->data());
+  float* sp = static_cast<float*>(scales->data());
+  default_thread_pool().parallel_for(sr, [&](int64_t br) {
+    const int64_t r0 = br * B, r1 = std::min(N, r0 + B);
+    std::vector<float> row(K);
+    std::vector<float> amax(sc, 0.0f);
+    for (int64_t r = r0; r < r1; ++r) {
+      decode_matrix_row(w, r, row.data());
+      for (int64_t k = 0; k < K; ++k) amax[k / B] = std::max(amax[k / B], std::fabs(row[k]));
+    }
+    for (int64_t b = 0; b < sc; ++b) sp[br * sc + b] = amax[b] > 0.0f ? amax[b] / 448.0f : 1.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      decode_matrix_row(w, r, row.data());
+      for (int64_t k = 0; k < K; ++k) cp[r * K + k] = f32_to_f8e4m3(row[k] / sp[br * sc + k / B]);
+    }
+  });
+  owned.push_back(codes);
+  owned.push_back(scales);
+  Weight q;
+  q.w = Tensor(cp, DType::f8_e4m3, {N, K});
+  q.scale = Tensor(sp, DType::f32, {sr, sc});
+  q.block_rows = B;
+  q.block_cols = B;
+  return q;
+}
+
+void quantize_weights_fp8(ModelWeights& w) {
+  auto convert = [&](LayerWeights& l) {
+    for (Weight* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.gdn.qkvz, &l.gdn.ba,
+                      &l.gdn.qkv, &l.gdn.z, &l.gdn.b, &l.gdn.a, &l.gdn.out, &l.mlp.gate,
+                      &l.mlp.up, &l.mlp.down, &l.moe.shared.gate, &l.moe.shared.up,
+                      &l.moe.shared.down}) {
+      *m = quantize_fp8(*m, w.owned);
+    }
+    for (std::vector<Weight>* list : {&l.moe.experts.gate, &l.moe.experts.up, &l.moe.experts.down}) {
+      for (Weight& m : *list) m = quantize_fp8(m, w.owned);
+    }
+  };
+  for (LayerWeights& l : w.layers) convert(l);
+  if (w.mtp) {
+    w.mtp->fc = quantize_fp8(w.mtp->fc, w.owned);
+    convert(w.mtp->layer);
+  }
+  w.matrix_bytes = 0;
+  auto count = [&](const Weight& m, MatrixRole) { w.matrix_bytes += m.nbytes(); };
+  for (const LayerWeights& l : w.layers) for_each_matrix(l, count);
+  if (w.mtp) {
+    for_each_matrix(w.mtp->layer, count);
+    w.matrix_bytes += w.mtp->fc.nbytes();
+  }
+  w.matrix_bytes += w.embed.nbytes();
+  if (w.lm_head.w.data != w.embed.w.data) w.matrix_bytes += w.lm_head.nbytes();
+}
+
 void move_weights(ModelWeights& w, Device device) {
   if (device == Device::cpu) return;
   // (host pointer, bytes) -> device copy, so views of the same bytes (tied embeddings) share it.
@@ -261,7 +345,9 @@ void move_weights(ModelWeights& w, Device device) {
 ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                           const LoadOptions& options) {
   auto src = make_checkpoint_source(std::move(checkpoint));
-  return build(config, *src, options.load_mtp);
+  ModelWeights w = build(config, *src, options.load_mtp);
+  if (options.fp8) quantize_weights_fp8(w);
+  return w;
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,

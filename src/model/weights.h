@@ -93,11 +93,20 @@ void for_each_matrix(const LayerWeights& l, Fn&& fn) {
 
 struct LoadOptions {
   bool load_mtp = true;
+  bool fp8 = false;  // convert bf16/f16/f32 matrices to fp8 at load (--weights fp8)
 };
 
 // Reads every tensor the config needs from the checkpoint, checking names, shapes and dtypes.
 ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                           const LoadOptions& options = {});
+
+// Converts one matrix to fp8-e4m3 with one f32 scale per 128 x 128 block (amax / 448), the
+// layout fp8 checkpoints ship; the new bytes are kept alive by `owned`. fp8 input is returned
+// unchanged.
+Weight quantize_fp8(const Weight& w, std::vector<std::shared_ptr<void>>& owned);
+// Converts every projection and expert matrix of the model; embeddings, the lm_head, MoE
+// routers and the shared-expert gate stay as they are (as in published fp8 checkpoints).
+void quantize_weights_fp8(ModelWeights& weights);
 
 // Copies every tensor to `device` (tied embeddings stay shared) and drops the host copies and
 // the checkpoint mapping. Weights already there are left alone.

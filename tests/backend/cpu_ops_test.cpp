@@ -9,17 +9,12 @@
 
 #include "backend/backend.h"
 #include "core/numeric.h"
+#include "support/random.h"
 
 namespace hibana {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 // Both compiled variants of the CPU backend.
 std::vector<std::unique_ptr<Backend>> backends() {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -41,6 +42,36 @@ TEST(Numeric, Fp8E4m3) {
     EXPECT_EQ(f8e4m3_to_f32(f32_to_f8e4m3(v)), v) << c;
   }
   EXPECT_EQ(f32_to_f8e4m3(1000.0f), 0x7e);  // saturates
+}
+
+// The bit-twiddling conversion equals the obvious one: the nearest of the 127 non-negative
+// codes, ties to the even code, on values between and around every pair of codes.
+TEST(Numeric, Fp8E4m3RoundsToNearestEven) {
+  auto nearest = [](float f) -> uint8_t {
+    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    const float a = std::fabs(f);
+    if (a >= 448.0f) return sign | 0x7e;
+    uint8_t best = 0;
+    float best_err = a;
+    for (uint8_t c = 1; c < 0x7f; ++c) {
+      const float err = std::fabs(f8e4m3_to_f32(c) - a);
+      if (err < best_err || (err == best_err && (c & 1) == 0 && (best & 1) == 1)) {
+        best = c;
+        best_err = err;
+      }
+    }
+    return sign | best;
+  };
+  std::vector<float> probes = {0.0f, -0.0f, 1e-12f, 447.9f, 448.0f, 464.0f, 1e30f};
+  for (int c = 0; c + 1 < 0x7f; ++c) {
+    const float lo = f8e4m3_to_f32(static_cast<uint8_t>(c)), hi = f8e4m3_to_f32(static_cast<uint8_t>(c + 1));
+    const float mid = 0.5f * (lo + hi);
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), 0.25f * lo + 0.75f * hi}) {
+      probes.push_back(v);
+      probes.push_back(-v);
+    }
+  }
+  for (float v : probes) EXPECT_EQ(f32_to_f8e4m3(v), nearest(v)) << v;
 }
 
 TEST(DType, SafetensorsNames) {

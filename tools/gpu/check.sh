@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, all.
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill.
+# TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,15 +37,24 @@ stage_sanitize() {
 }
 
 stage_bench_8b() {
-  timeout 240 $B/hibana bench decode --device cuda --load-format dummy \
+  HIBANA_CUDA_TIMING=${TIMING:-0} timeout 240 $B/hibana bench decode --device cuda --load-format dummy \
     --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1,8,32,64 --context 4096 \
     --steps 16 2>&1 | tee "$OUT/bench_8b.log"
 }
 
 stage_bench_80b() {
-  timeout 400 $B/hibana bench decode --device cuda --load-format dummy \
+  HIBANA_CUDA_TIMING=${TIMING:-0} timeout 400 $B/hibana bench decode --device cuda --load-format dummy \
     --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1,8,32,64 --context 4096 \
     --steps 16 2>&1 | tee "$OUT/bench_80b.log"
+}
+
+stage_prefill() {
+  for cfg in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
+    set -- $cfg
+    HIBANA_CUDA_TIMING=${TIMING:-0} timeout 300 $B/hibana bench prefill --device cuda \
+      --load-format dummy --config bench/configs/$1.json --dtype $2 --prompt-tokens ${PROMPT:-2048} \
+      2>&1 | tee "$OUT/prefill_$1.log"
+  done
 }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
@@ -55,6 +65,7 @@ for s in "$@"; do
     sanitize) stage_sanitize ;;
     bench-8b) stage_bench_8b ;;
     bench-80b) stage_bench_80b ;;
+    prefill) stage_prefill ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

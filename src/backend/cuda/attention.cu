@@ -70,16 +70,23 @@ __global__ void attention_split_kernel(AttnParams p) {
   float m_run = -INFINITY, l_run = 0.0f;
   for (int64_t j0 = begin; j0 < end; j0 += kTile) {
     __syncthreads();
-    for (int64_t idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
-      const int64_t j = idx / hd, d = idx % hd, pj = j0 + j;
-      float kv = 0.0f, vv = 0.0f;
+    // Four values per load (head_dim is a multiple of 4; checked at launch).
+    const int q4 = static_cast<int>(hd / 4);
+    for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
+      const int j = idx / q4, d = (idx % q4) * 4;
+      const int64_t pj = j0 + j;
+      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (pj < end) {
         const int64_t src = ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d;
-        kv = p.kp[src];
-        vv = p.vp[src];
+        kv = *reinterpret_cast<const float4*>(p.kp + src);
+        vv = *reinterpret_cast<const float4*>(p.vp + src);
       }
-      ks[j * (hd + 1) + d] = kv;
-      vs[j * hd + d] = vv;
+      float* kd = ks + j * (hd + 1) + d;
+      kd[0] = kv.x;
+      kd[1] = kv.y;
+      kd[2] = kv.z;
+      kd[3] = kv.w;
+      *reinterpret_cast<float4*>(vs + j * hd + d) = vv;
     }
     __syncthreads();
     const bool valid = j0 + lane < end;
@@ -177,7 +184,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   check(heads % kv_heads == 0, ErrorKind::internal, "attention: heads not a multiple of kv heads");
   const int64_t group = heads / kv_heads;
   check(group <= 32, ErrorKind::unsupported, "CUDA attention: more than 32 query heads per KV head");
-  check(hd <= 32 * kMaxDimsPerLane, ErrorKind::unsupported, "CUDA attention: head_dim above 256");
+  check(hd <= 32 * kMaxDimsPerLane && hd % 4 == 0, ErrorKind::unsupported,
+        "CUDA attention: head_dim must be a multiple of 4, at most 256");
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
   const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -71,6 +74,88 @@ class CudaMemory final : public DeviceMemory {
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
 };
 
+// With HIBANA_CUDA_TIMING=1 every op is bracketed by events and timing_report() sums the GPU
+// time per op: the breakdown behind the benchmark figures.
+class OpTimer {
+ public:
+  OpTimer() {
+    const char* env = std::getenv("HIBANA_CUDA_TIMING");
+    on_ = env && *env && std::string(env) != "0";
+  }
+  bool on() const { return on_; }
+  void record(const char* op, cudaEvent_t a, cudaEvent_t b) { pending_.push_back({op, a, b}); }
+  cudaEvent_t event() {
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    HIBANA_CUDA(cudaEventCreate(&e));
+    return e;
+  }
+  std::string report() {
+    HIBANA_CUDA(cudaStreamSynchronize(stream()));
+    for (const Pending& p : pending_) {
+      float ms = 0;
+      HIBANA_CUDA(cudaEventElapsedTime(&ms, p.a, p.b));
+      Total& t = totals_[p.op];
+      t.ms += ms;
+      ++t.calls;
+      free_.push_back(p.a);
+      free_.push_back(p.b);
+    }
+    pending_.clear();
+    double all = 0;
+    for (const auto& [op, t] : totals_) all += t.ms;
+    std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
+    std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second.ms > y.second.ms; });
+    std::string out;
+    char line[160];
+    for (const auto& [op, t] : rows) {
+      std::snprintf(line, sizeof line, "  %-20s %10.3f ms %6.1f%% %8lld calls\n", op.c_str(), t.ms,
+                    all > 0 ? 100.0 * t.ms / all : 0.0, static_cast<long long>(t.calls));
+      out += line;
+    }
+    totals_.clear();
+    return out;
+  }
+
+ private:
+  struct Pending {
+    const char* op;
+    cudaEvent_t a, b;
+  };
+  struct Total {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  bool on_ = false;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_;
+  std::map<std::string, Total> totals_;
+};
+
+class Timed {
+ public:
+  Timed(OpTimer& t, const char* op) : t_(t), op_(op) {
+    if (!t_.on()) return;
+    a_ = t_.event();
+    HIBANA_CUDA(cudaEventRecord(a_, stream()));
+  }
+  ~Timed() {
+    if (!t_.on()) return;
+    cudaEvent_t b = t_.event();
+    cudaEventRecord(b, stream());
+    t_.record(op_, a_, b);
+  }
+
+ private:
+  OpTimer& t_;
+  const char* op_;
+  cudaEvent_t a_{};
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -94,6 +179,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(cuda::stream())); }
+  std::string timing_report() override { return timer_.on() ? timer_.report() : std::string(); }
 
   double copy_bandwidth() override {
     const size_t bytes = size_t(1) << 30;
@@ -117,54 +203,70 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(const Weight& table, const Tensor& ids, Tensor out) override {
+    Timed timed(timer_, "embedding");
     cuda::embedding(table, ids, out);
   }
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) override {
+    Timed timed(timer_, "rmsnorm");
     cuda::rmsnorm(x, w, eps, zero_centred, out);
   }
-  void matmul(const Tensor& x, const Weight& w, Tensor out) override { cuda::matmul(x, w, out); }
+  void matmul(const Tensor& x, const Weight& w, Tensor out) override { Timed timed(timer_, "matmul");
+    cuda::matmul(x, w, out); }
   void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
+    Timed timed(timer_, "gather_columns");
     cuda::gather_columns(x, index, out);
   }
   void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
             const BatchLayout& layout) override {
+    Timed timed(timer_, "rope");
     cuda::rope(x, heads, head_dim, rot_dim, theta, layout);
   }
-  void add(Tensor x, const Tensor& y) override { cuda::add(x, y); }
-  void mul_sigmoid(Tensor x, const Tensor& g) override { cuda::mul_sigmoid(x, g); }
+  void add(Tensor x, const Tensor& y) override { Timed timed(timer_, "add");
+    cuda::add(x, y); }
+  void mul_sigmoid(Tensor x, const Tensor& g) override { Timed timed(timer_, "mul_sigmoid");
+    cuda::mul_sigmoid(x, g); }
   void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) override {
+    Timed timed(timer_, "add_sigmoid_scaled");
     cuda::add_sigmoid_scaled(x, y, g);
   }
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    Timed timed(timer_, "silu_mul");
     cuda::silu_mul(gate, up, out);
   }
   void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
                 const BatchLayout& layout) override {
+    Timed timed(timer_, "store_kv");
     cuda::store_kv(k, v, k_pages, v_pages, layout);
   }
   void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
                  float scale, const BatchLayout& layout, Tensor out) override {
+    Timed timed(timer_, "attention");
     cuda::attention(q, heads, k_pages, v_pages, scale, layout, out);
   }
   void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
                 Tensor out) override {
+    Timed timed(timer_, "gdn_conv");
     cuda::gdn_conv(x, w, conv_states, layout, out);
   }
   void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                       const Tensor& dt_bias, const GdnShape& shape, Tensor states,
                       const BatchLayout& layout, Tensor out) override {
+    Timed timed(timer_, "gdn_recurrence");
     cuda::gdn_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, out);
   }
   void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                      Tensor out) override {
+    Timed timed(timer_, "gated_rmsnorm");
     cuda::gated_rmsnorm(x, z, w, eps, out);
   }
   void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
                  Tensor weights) override {
+    Timed timed(timer_, "moe_route");
     cuda::moe_route(logits, k, renormalise, ids, weights);
   }
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts, Tensor out) override {
+    Timed timed(timer_, "moe_experts");
     cuda::moe_experts(x, ids, weights, experts, out);
   }
   void copy_slot(Tensor states, int64_t src, int64_t dst) override {
@@ -181,6 +283,7 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   std::string name_;
+  OpTimer timer_;
 };
 
 }  // namespace

@@ -9,9 +9,10 @@
 // after another in the same CTA; all of them perform exactly these operations, so a
 // sequence's logits are bit-identical alone and in any batch.
 //
-// Tiles: 256 threads; each thread owns one weight row n and TM activation rows. Weight rows
-// stream through shared memory 64 bytes at a time (cp.async, 3 stages), in rows padded to 80
-// bytes so that each quarter-warp's 16-byte reads of 8 consecutive rows hit distinct banks.
+// Tiles: 128 threads; each thread owns one weight row n and TM activation rows. Weight rows
+// stream through shared memory 128 bytes at a time (cp.async, 2 to 4 stages), in rows padded
+// to 144 bytes so that each quarter-warp's 16-byte reads of 8 consecutive rows hit distinct
+// banks. Every configuration fits the 99 KiB of shared memory of sm_86/89/121 parts.
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -23,10 +24,14 @@ namespace hibana::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kRowBytes = 64;   // weight bytes per row per stage
-constexpr int kRowPitch = 80;   // padded pitch of a weight row in shared memory
-constexpr int kStages = 3;
+constexpr int kThreads = 128;
+constexpr int kRowBytes = 128;  // weight bytes per row per stage
+constexpr int kChunks = kRowBytes / 16;
+constexpr int kRowPitch = 144;  // padded pitch of a weight row in shared memory
+
+// Pipeline depth: deep for the bandwidth-bound small batches, shallower where the activation
+// tile is large.
+constexpr int stages_for(int tm, bool serial) { return serial ? 2 : tm <= 4 ? 4 : tm <= 16 ? 3 : 2; }
 constexpr int64_t kSplitQuantum = 128;  // split lengths are multiples of this (fp8 block size)
 
 // One weight matrix (or one expert's) as the kernel reads it.
@@ -81,7 +86,7 @@ __device__ __forceinline__ float scale_at(const Params& p, const void* scale, in
   return __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[i]);
 }
 
-// TM rows per thread, G row groups per CTA (so BN = 256 / G weight rows and BM = TM * G
+// TM rows per thread, G row groups per CTA (so BN = 128 / G weight rows and BM = TM * G
 // activation rows), kSerial: all splits in this CTA.
 template <Elt E, int TM, int G, bool kSerial, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
@@ -90,6 +95,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   constexpr int VE = 16 / esize;         // elements per 16-byte chunk
   constexpr int BN = kThreads / G, BM = TM * G;
   constexpr int XP = BK + 4;             // padded pitch of an activation row, floats
+  constexpr int kStages = stages_for(TM, kSerial);
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* ws = smem;                                       // [kStages][BN][kRowPitch]
   float* xs = reinterpret_cast<float*>(smem + kStages * BN * kRowPitch);  // [kStages][BM][XP]
@@ -140,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   auto load_tile = [&](int t, int slot) {
     const int64_t k0 = k_begin + static_cast<int64_t>(t) * BK;
     unsigned char* wdst = ws + slot * BN * kRowPitch;
-    for (int c = tid; c < BN * 4; c += kThreads) {
-      const int r = c / 4, part = c % 4;
+    for (int c = tid; c < BN * kChunks; c += kThreads) {
+      const int r = c / kChunks, part = c % kChunks;
       const int64_t gn = n0 + r, gk = k0 + part * VE;
       unsigned char* d = wdst + r * kRowPitch + part * 16;
       if (p.vec_w) {
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
     const float* xt = xs + slot * BM * XP + g * TM * XP;
     const int64_t k0 = k_begin + static_cast<int64_t>(t) * BK;
 #pragma unroll
-    for (int part = 0; part < 4; ++part) {
+    for (int part = 0; part < kChunks; ++part) {
       float wf[VE];
       decode16<E>(*reinterpret_cast<const uint4*>(wrow + part * 16), wf);
       if (mat.scale != nullptr && n < p.N) {
@@ -259,7 +265,7 @@ __global__ void reduce_splits_kernel(const float* partial, int splits, int64_t M
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU, never
 // shorter than 512 elements, a multiple of kSplitQuantum. Depends on the shape only.
 int64_t split_length(int64_t N, int64_t K) {
-  const int64_t n_tiles = (N + kThreads - 1) / kThreads;
+  const int64_t n_tiles = (N + 127) / 128;
   const int64_t want = std::max<int64_t>(1, 264 / n_tiles);
   const int64_t most = std::max<int64_t>(1, K / 512);
   const int64_t splits = std::clamp<int64_t>(want, 1, most);
@@ -276,14 +282,14 @@ Config pick_config(int64_t rows) {
   if (rows <= 4) return {4, 1, false};
   if (rows <= 16) return {16, 1, false};
   if (rows <= 32) return {32, 1, false};
-  return {32, 4, true};
+  return {16, 4, true};
 }
 
 template <Elt E, int TM, int G, bool kSerial, bool kGrouped>
 void launch_config(const Params& p, int64_t max_rows, int groups) {
   constexpr int esize = EltInfo<E>::size, BK = kRowBytes / esize;
   constexpr int BN = kThreads / G, BM = TM * G;
-  const size_t smem = kStages * (BN * kRowPitch + BM * (BK + 4) * sizeof(float));
+  const size_t smem = stages_for(TM, kSerial) * (BN * kRowPitch + BM * (BK + 4) * sizeof(float));
   auto kernel = matmul_kernel<E, TM, G, kSerial, kGrouped>;
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -301,7 +307,7 @@ void launch_config(const Params& p, int64_t max_rows, int groups) {
 template <Elt E, bool kGrouped>
 void launch_elt(const Params& p, int64_t max_rows, int groups) {
   const Config c = pick_config(max_rows);
-  if (c.serial) return launch_config<E, 32, 4, true, kGrouped>(p, max_rows, groups);
+  if (c.serial) return launch_config<E, 16, 4, true, kGrouped>(p, max_rows, groups);
   switch (c.tm) {
     case 1: return launch_config<E, 1, 1, false, kGrouped>(p, max_rows, groups);
     case 4: return launch_config<E, 4, 1, false, kGrouped>(p, max_rows, groups);

@@ -74,6 +74,8 @@ class Backend {
   // Measured copy bandwidth of the backend's memory in bytes/s (read + write), or 0 when the
   // caller should measure host memory itself.
   virtual double copy_bandwidth() { return 0.0; }
+  // True when the device's memory is the host's (an integrated GPU): no host tier then.
+  virtual bool unified_memory() const { return false; }
   // GPU time per op since the last report, when the backend was asked to time its ops
   // (HIBANA_CUDA_TIMING=1); empty otherwise.
   virtual std::string timing_report() { return {}; }

@@ -43,6 +43,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   std::string cache_dir;
   std::string ssd_cache_size = "16GiB";
+  std::string host_cache_size = "0";
 };
 
 // The name clients use: the model directory's name, or ORG/NAME (without @REVISION) as given
@@ -84,6 +85,7 @@ int serve(const ServeArgs& a) {
   eo.prefix_cache = !a.no_prefix_cache;
   eo.cache_dir = a.cache_dir;
   eo.ssd_cache_bytes = server::parse_byte_size(a.ssd_cache_size, "--ssd-cache-size");
+  eo.host_cache_bytes = server::parse_byte_size(a.host_cache_size, "--host-cache-size");
   check(eo.kv_cache_bytes > 0 && eo.max_sequences > 0 && eo.step_token_budget > 0 &&
             eo.max_queue > 0 && eo.max_context >= 0,
         ErrorKind::invalid_argument,
@@ -181,6 +183,9 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "directory for the SSD tier of the prefix cache (default: none)");
   cmd->add_option("--ssd-cache-size", args->ssd_cache_size,
                   "largest size of the SSD tier (default 16GiB)");
+  cmd->add_option("--host-cache-size", args->host_cache_size,
+                  "host-RAM tier between the device pool and the SSD, e.g. 8GiB (default 0: "
+                  "none; skipped on unified-memory GPUs)");
   cmd->add_flag("--exact", args->exact,
                 "recurrent form for every DeltaNet token (bit-identical for any chunking)");
   cmd->callback([&action, args] { action = [args] { return serve(*args); }; });

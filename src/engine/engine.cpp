@@ -5,7 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "state/host_store.h"
 #include "state/prefix_cache.h"
+#include "state/ssd_store.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -15,6 +17,7 @@ namespace hibana {
 struct Engine::Pools {
   StatePool pool;
   std::unique_ptr<SsdStore> ssd;       // null without a cache directory
+  std::unique_ptr<HostStore> host;     // null without a host-RAM budget
   std::unique_ptr<PrefixCache> cache;  // null with prefix caching off
   Pools(const StateSpec& spec, int64_t page_size, int64_t pages, int64_t slots)
       : pool(spec, page_size, pages, slots) {}
@@ -88,10 +91,20 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
     pools_->ssd = std::make_unique<SsdStore>(so);
     costs = measure_costs();
   }
+  if (options_.prefix_cache && options_.host_cache_bytes > 0) {
+    if (model_->backend().unified_memory()) {
+      log_info("host cache tier skipped: the GPU shares host memory (unified memory)");
+    } else {
+      pools_->host = std::make_unique<HostStore>(static_cast<uint64_t>(options_.host_cache_bytes),
+                                                 pools_->ssd.get());
+    }
+  }
   if (options_.prefix_cache) {
+    BlockStore* lower = pools_->host ? static_cast<BlockStore*>(pools_->host.get())
+                                     : static_cast<BlockStore*>(pools_->ssd.get());
     pools_->cache = std::make_unique<PrefixCache>(pools_->pool, model_->backend(),
                                                   model_->fingerprint(), checkpoint_slots,
-                                                  pools_->ssd.get(), costs);
+                                                  lower, costs);
   }
   check(options_.checkpoint_interval > 0 && options_.checkpoint_interval % options_.page_size == 0,
         ErrorKind::invalid_argument, "the checkpoint interval must be a multiple of the page size");
@@ -120,7 +133,10 @@ Engine::~Engine() {
   running_.clear();
   for (auto& s : waiting_) finish(*s, FinishReason::cancelled);
   waiting_.clear();
-  if (pools_->cache && pools_->ssd) pools_->cache->flush();  // a restart finds it all on SSD
+  if (pools_->cache && pools_->ssd) {  // a restart finds it all on SSD
+    pools_->cache->flush();
+    if (pools_->host) pools_->host->flush();
+  }
 }
 
 TierCosts Engine::measure_costs() {
@@ -245,11 +261,19 @@ void Engine::loop() {
       metrics_.restores_declined = cs.restores_declined;
       metrics_.restore_seconds = cs.restore_seconds;
     }
+    if (pools_->host) {
+      const HostStoreStats hs = pools_->host->stats();
+      metrics_.host_blocks = hs.blocks;
+      metrics_.host_bytes = hs.bytes;
+      metrics_.host_hits = hs.hits;
+      metrics_.host_written_down = hs.written_down;
+    }
     if (pools_->ssd) {
       const SsdStoreStats ss = pools_->ssd->stats();
       metrics_.ssd_blocks = ss.blocks;
       metrics_.ssd_bytes = ss.bytes;
       metrics_.ssd_corrupt = ss.corrupt;
+      metrics_.ssd_hits = ss.hits;
       metrics_.ssd_write_failures = ss.write_failures;
     }
     if (running_.empty() && waiting_.empty()) idle_.notify_all();

@@ -110,6 +110,8 @@ struct EngineOptions {
   // restored when a returning conversation needs them. Empty: no SSD tier.
   std::string cache_dir;
   int64_t ssd_cache_bytes = int64_t(16) << 30;
+  // Host-RAM tier between the device pool and the SSD (0: none). Skipped on unified memory.
+  int64_t host_cache_bytes = 0;
 };
 
 // Counters and histograms for /metrics (monotonic except the gauges).
@@ -138,7 +140,8 @@ struct EngineMetrics {
   uint64_t device_hit_tokens = 0, ssd_hit_tokens = 0;
   uint64_t spilled_bytes = 0, restored_bytes = 0, restored_blocks = 0, restores_declined = 0;
   double restore_seconds = 0;
-  uint64_t ssd_blocks = 0, ssd_bytes = 0, ssd_corrupt = 0, ssd_write_failures = 0;
+  uint64_t ssd_blocks = 0, ssd_bytes = 0, ssd_corrupt = 0, ssd_write_failures = 0, ssd_hits = 0;
+  uint64_t host_blocks = 0, host_bytes = 0, host_hits = 0, host_written_down = 0;
   double prefill_tokens_per_second = 0, ssd_read_bytes_per_second = 0;  // measured at start
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};

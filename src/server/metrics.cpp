@@ -132,6 +132,17 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
              static_cast<double>(m->ssd_corrupt));
     w.metric("hibana_ssd_write_failures_total", "counter", "SSD block writes that failed.",
              static_cast<double>(m->ssd_write_failures));
+    w.metric("hibana_ssd_hits_total", "counter", "Blocks read back from the SSD tier.",
+             static_cast<double>(m->ssd_hits));
+    w.metric("hibana_host_cache_blocks", "gauge", "Blocks held in the host-RAM tier.",
+             static_cast<double>(m->host_blocks));
+    w.metric("hibana_host_cache_bytes", "gauge", "Bytes held in the host-RAM tier.",
+             static_cast<double>(m->host_bytes));
+    w.metric("hibana_host_cache_hits_total", "counter", "Blocks restored from the host-RAM tier.",
+             static_cast<double>(m->host_hits));
+    w.metric("hibana_host_cache_written_down_total", "counter",
+             "Blocks the host-RAM tier wrote down to the SSD tier.",
+             static_cast<double>(m->host_written_down));
     w.metric("hibana_preemptions_total", "counter", "Sequences preempted for memory.",
              static_cast<double>(m->preemptions));
     w.metric("hibana_engine_steps_total", "counter", "Forward passes run.",

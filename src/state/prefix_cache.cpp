@@ -20,13 +20,13 @@ constexpr uint32_t kKindKv = 1;
 constexpr uint32_t kKindCheckpoint = 2;
 
 PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
-                         int64_t checkpoint_slots, SsdStore* ssd, TierCosts costs)
+                         int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
     : pool_(pool),
       backend_(backend),
       fingerprint_(fingerprint),
       hybrid_(pool.spec().deltanet_layers > 0),
       free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0),
-      ssd_(ssd),
+      ssd_(lower),
       costs_(costs) {}
 
 size_t PrefixCache::page_bytes() const {

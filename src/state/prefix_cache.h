@@ -8,11 +8,12 @@
 // sequence resumed from it holds its own. Leaves no sequence uses are evicted least recently
 // used first (checkpointed nodes, dearer to recompute, get a head start) when pages run short.
 //
-// With an SSD tier, evicted blocks (and their checkpoints) are written back to the SsdStore
-// under the same keys, and flush() writes every block on a clean shutdown; a lookup continues
-// the chain through blocks found only on disk and restores them when the cost model says
-// loading beats recomputing. (On the CPU backend the device pool is host memory, so there is
-// no separate host tier.)
+// With lower tiers (a BlockStore: the host-RAM HostStore, which writes down to the SsdStore,
+// or the SsdStore alone), evicted blocks (and their checkpoints) are written back under the
+// same keys, and flush() writes every block on a clean shutdown; a lookup continues the chain
+// through blocks found only below and restores them when the cost model says loading beats
+// recomputing. The stats call everything below the device pool "ssd"; HostStore and SsdStore
+// count their own hits.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@
 
 #include "backend/backend.h"
 #include "state/block_key.h"
-#include "state/ssd_store.h"
+#include "state/block_store.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -53,7 +54,7 @@ class PrefixCache {
  public:
   // `checkpoint_slots` recurrent slots of the pool are reserved for checkpoints.
   PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint, int64_t checkpoint_slots,
-              SsdStore* ssd = nullptr, TierCosts costs = {});
+              BlockStore* lower = nullptr, TierCosts costs = {});
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -109,7 +110,7 @@ class PrefixCache {
   int64_t free_checkpoint_slots_;
   std::vector<int32_t> spare_slots_;
   std::unordered_map<BlockKey, Node, BlockKeyHash> nodes_;
-  SsdStore* ssd_;
+  BlockStore* ssd_;  // the tiers below the device pool (host RAM and/or SSD), may be null
   TierCosts costs_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;

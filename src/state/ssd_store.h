@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "state/block_key.h"
+#include "state/block_store.h"
 
 namespace hibana {
 
@@ -34,19 +35,19 @@ struct SsdStoreStats {
   bool direct_io = false, io_uring = false;
 };
 
-class SsdStore {
+class SsdStore final : public BlockStore {
  public:
   explicit SsdStore(const SsdStoreOptions& options);
-  ~SsdStore();
+  ~SsdStore() override;
   SsdStore(const SsdStore&) = delete;
   SsdStore& operator=(const SsdStore&) = delete;
 
   // Stores a block (replacing one with the same key); false when it could not be written.
-  bool put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload);
+  bool put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) override;
   // The payload of a block of this kind, or nullopt (absent, corrupt, another model's).
-  std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind);
-  bool contains(const BlockKey& key) const;
-  void clear_block(const BlockKey& key);
+  std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind) override;
+  bool contains(const BlockKey& key) const override;
+  void clear_block(const BlockKey& key) override;
   void clear();
   SsdStoreStats stats() const;
 

@@ -90,6 +90,41 @@ TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
   EXPECT_GT(m.device_hit_tokens + m.ssd_hit_tokens, 0u);
 }
 
+// Device pool of a few pages, host tier of a few more, SSD below: interleaved agents come back
+// to state restored from host RAM and from disk, and outputs equal the cache-off run.
+TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions tiered = exact();
+  const int64_t kv_page = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64;
+  tiered.kv_cache_bytes = kv_page * 12;
+  tiered.host_cache_bytes = kv_page * 8;
+  tiered.checkpoint_slots = 4;
+  tiered.cache_dir = dir.path();
+  EngineOptions off = exact();
+  off.prefix_cache = false;
+  Engine cached(model, tiered), plain(model, off);
+  const int agents = 8;
+  std::vector<std::vector<int32_t>> hist(agents);
+  for (int a = 0; a < agents; ++a) hist[a] = text(140 + 10 * a, a, V);
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int a = 0; a < agents; ++a) {
+      const int64_t before = static_cast<int64_t>(hist[a].size());
+      Turn t = run(cached, hist[a], 8, before);
+      ASSERT_EQ(t.tokens, run(plain, hist[a], 8, before).tokens) << "agent " << a << " turn " << turn;
+      append(hist[a], t.tokens);
+      append(hist[a], text(40, 100 + a + turn, V));
+    }
+  }
+  cached.wait_idle();
+  EngineMetrics m = cached.metrics();
+  EXPECT_GT(m.host_hits, 0u) << "no block came back from host RAM";
+  EXPECT_GT(m.host_written_down, 0u) << "host RAM never overflowed to the SSD";
+  EXPECT_GT(m.ssd_hits, 0u) << "no block came back from the SSD";
+  EXPECT_LE(m.host_bytes, static_cast<uint64_t>(tiered.host_cache_bytes));
+}
+
 TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
   std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
   const int64_t V = model->config().vocab_size;

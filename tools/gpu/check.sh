@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill.
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve.
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
@@ -57,6 +57,24 @@ stage_prefill() {
   done
 }
 
+# The embedded model served from the GPU, asked one chat question through the OpenAI API.
+stage_serve() {
+  $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 100); do
+    curl -sf localhost:30555/health >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  curl -s localhost:30555/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Write a haiku about sparks."}],"max_tokens":48}' |
+    tee "$OUT/serve_reply.json"
+  echo
+  curl -s localhost:30555/metrics | grep -E "^hibana_(memory_bytes|requests_finished|generation_tokens)" | head
+  kill $pid
+  wait $pid 2>/dev/null
+  grep -E "error|warn" "$OUT/serve.log" | head -5
+}
+
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 for s in "$@"; do
   case $s in
@@ -66,6 +84,7 @@ for s in "$@"; do
     bench-8b) stage_bench_8b ;;
     bench-80b) stage_bench_80b ;;
     prefill) stage_prefill ;;
+    serve) stage_serve ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -24,7 +24,13 @@ void throw_cuda(cudaError_t e, const char* what) {
   throw Error(kind, std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
 
-cudaStream_t stream() { return cudaStreamLegacy; }
+namespace {
+cudaStream_t g_stream = nullptr;
+}
+
+// A non-blocking stream of our own (not the legacy default stream), so that work can later be
+// captured into CUDA graphs and overlapped with copies on other streams.
+cudaStream_t stream() { return g_stream; }
 
 Scratch::Scratch(size_t bytes) {
   if (bytes) HIBANA_CUDA(cudaMallocAsync(&p_, bytes, stream()));
@@ -66,7 +72,8 @@ class CudaMemory final : public DeviceMemory {
     }
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    HIBANA_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    HIBANA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+    HIBANA_CUDA(cudaStreamSynchronize(stream()));
   }
   void zero(void* p, size_t bytes) override {
     HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
@@ -167,6 +174,8 @@ class CudaBackend final : public Backend {
               std::to_string(prop.major) + "." + std::to_string(prop.minor) +
               "; Hibana's kernels need 8.0 (Ampere) or newer");
     name_ = std::string("cuda:") + prop.name;
+    integrated_ = prop.integrated != 0;
+    if (!g_stream) HIBANA_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     g_num_sms = prop.multiProcessorCount;
     cudaMemPool_t pool;
     HIBANA_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -179,6 +188,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(cuda::stream())); }
+  bool unified_memory() const override { return integrated_; }
   std::string timing_report() override { return timer_.on() ? timer_.report() : std::string(); }
 
   double copy_bandwidth() override {
@@ -282,6 +292,7 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
+  bool integrated_ = false;
   std::string name_;
   OpTimer timer_;
 };

@@ -5,8 +5,8 @@
 // splits whose length depends only on the weight's shape; within a split, w[n,k] * x[m,k] is
 // accumulated with fmaf for k ascending from zero; the split sums are then added in split
 // order (total = p0, total += p1, ...). Kernels differ only in how many rows (TM) a thread
-// carries and whether splits run in parallel CTAs (partials reduced by a second kernel) or one
-// after another in the same CTA; all of them perform exactly these operations, so a
+// carries and whether splits run in parallel CTAs (the last CTA of a tile adds the partials)
+// or one after another in the same CTA; all of them perform exactly these operations, so a
 // sequence's logits are bit-identical alone and in any batch.
 //
 // Tiles: 128 threads; each thread owns one weight row n and TM activation rows. Weight rows
@@ -19,6 +19,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
+#include "core/device_memory.h"
 
 namespace hibana::cuda {
 
@@ -53,6 +54,7 @@ struct Params {
   int64_t split_len;
   int splits;
   float* partial;        // [splits][M][N] for split-parallel launches with splits > 1
+  int* counters;         // per output tile: splits finished (the last one reduces, resets)
   bool vec_w, vec_x;     // 16-byte loads allowed
   // Plain launches read `single`; grouped launches read mats[group] and take their rows from
   // group_rows[group_offset[g] .. group_offset[g + 1]): out row r, x row r / x_div.
@@ -237,29 +239,57 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   }
   cp_async_wait<0>();
 
+  if (kSerial || p.splits == 1) {
+    if (n >= p.N) return;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int64_t orow = o_row[g * TM + i];
+      if (orow >= 0) p.out[orow * p.ldo + n] = kSerial ? total[i] : acc[i];
+    }
+    return;
+  }
+  // Split-parallel: publish this split's partials; the CTA that finishes a tile last adds the
+  // tile's splits in split order (total = p0, total += p1, ...) and resets the tile's counter.
+  if (n < p.N) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int64_t orow = o_row[g * TM + i];
+      if (orow >= 0) p.partial[(static_cast<int64_t>(split0) * p.M + orow) * p.N + n] = acc[i];
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  const int64_t tile = (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
+  if (tid == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) p.counters[tile] = 0;
   if (n >= p.N) return;
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     const int64_t orow = o_row[g * TM + i];
     if (orow < 0) continue;
-    if constexpr (kSerial) {
-      p.out[orow * p.ldo + n] = total[i];
-    } else if (p.splits == 1) {
-      p.out[orow * p.ldo + n] = acc[i];
-    } else {
-      p.partial[(static_cast<int64_t>(split0) * p.M + orow) * p.N + n] = acc[i];
-    }
+    float t = __ldcg(p.partial + orow * p.N + n);
+    for (int s = 1; s < p.splits; ++s) t = t + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
+    p.out[orow * p.ldo + n] = t;
   }
 }
 
-// out[m, n] = partial[0] + partial[1] + ... in split order.
-__global__ void reduce_splits_kernel(const float* partial, int splits, int64_t M, int64_t N,
-                                     float* out, int64_t ldo) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= M * N) return;
-  float t = partial[i];
-  for (int s = 1; s < splits; ++s) t = t + partial[s * M * N + i];
-  out[(i / N) * ldo + i % N] = t;
+// Zeroed tile counters for the split reductions, kept for the life of the program (each
+// reducing CTA leaves its counter at zero again).
+int* tile_counters(size_t count) {
+  static std::mutex m;
+  static Buffer buf;
+  std::lock_guard<std::mutex> lock(m);
+  if (buf.size() < count * sizeof(int)) {
+    const size_t want = std::max<size_t>(count, size_t(1) << 16) * sizeof(int);
+    HIBANA_CUDA(cudaStreamSynchronize(stream()));  // the old buffer may still be in use
+    buf = Buffer(want, Device::cuda);
+    HIBANA_CUDA(cudaMemsetAsync(buf.data(), 0, want, stream()));
+  }
+  return static_cast<int*>(buf.data());
 }
 
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU, never
@@ -324,11 +354,13 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   const bool serial = pick_config(max_rows).serial;
   std::unique_ptr<Scratch> partial;
-  float* final_out = p.out;
-  const int64_t final_ld = p.ldo;
   if (!serial && p.splits > 1) {
     partial = std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
     p.partial = partial->as<float>();
+    const Config c = pick_config(max_rows);
+    const int64_t bn = kThreads / c.g, bm = static_cast<int64_t>(c.tm) * c.g;
+    p.counters = tile_counters(static_cast<size_t>(((p.N + bn - 1) / bn) *
+                                                   ((max_rows + bm - 1) / bm) * groups));
   }
   auto go = [&](auto tag) {
     constexpr Elt E = decltype(tag)::value;
@@ -343,11 +375,6 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
     case Elt::bf16: go(std::integral_constant<Elt, Elt::bf16>{}); break;
     case Elt::f16: go(std::integral_constant<Elt, Elt::f16>{}); break;
     case Elt::fp8: go(std::integral_constant<Elt, Elt::fp8>{}); break;
-  }
-  if (partial) {
-    reduce_splits_kernel<<<blocks_for(p.M * p.N, 256), 256, 0, stream()>>>(
-        p.partial, p.splits, p.M, p.N, final_out, final_ld);
-    launched("reduce_splits_kernel");
   }
 }
 
@@ -400,7 +427,7 @@ Buffer upload_table(const std::vector<Weight>& ws) {
           ErrorKind::unsupported, "CUDA MoE: experts differ in dtype or shape");
   }
   Buffer b(host.size() * sizeof(MatPtr), Device::cuda);
-  HIBANA_CUDA(cudaMemcpy(b.data(), host.data(), host.size() * sizeof(MatPtr), cudaMemcpyHostToDevice));
+  copy_bytes(b.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(MatPtr));
   return b;
 }
 

@@ -1,0 +1,25 @@
+// A tier below the device pool that keeps state blocks by key: host RAM (HostStore) or disk
+// (SsdStore). The prefix cache spills evicted blocks into one and restores from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "state/block_key.h"
+
+namespace hibana {
+
+class BlockStore {
+ public:
+  virtual ~BlockStore() = default;
+  // Stores a block (replacing one with the same key); false when it could not be kept.
+  virtual bool put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) = 0;
+  // The payload of a block of this kind, or nullopt.
+  virtual std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind) = 0;
+  virtual bool contains(const BlockKey& key) const = 0;
+  virtual void clear_block(const BlockKey& key) = 0;
+};
+
+}  // namespace hibana

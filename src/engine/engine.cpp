@@ -120,9 +120,41 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
            metrics_.kv_bytes >> 20, " MiB), ", options_.max_sequences, " sequences, context ",
            max_context_, " tokens");
   worker_ = std::thread([this] { loop(); });
+  if (pools_->host && pools_->ssd) prefetcher_ = std::thread([this] { prefetch_loop(); });
+}
+
+void Engine::prefetch_loop() {
+  const bool hybrid = pools_->pool.spec().deltanet_layers > 0;
+  for (;;) {
+    std::vector<int32_t> prompt;
+    {
+      std::unique_lock<std::mutex> lock(prefetch_mutex_);
+      prefetch_wake_.wait(lock, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+      if (prefetch_stop_) return;
+      prompt = std::move(prefetch_queue_.front());
+      prefetch_queue_.pop_front();
+    }
+    // Warm host RAM along the prompt's chain until a block is found in no tier (the chain is
+    // broken there). Blocks still in the device pool are read too: the pool belongs to the
+    // engine thread, so this thread cannot ask it.
+    for (const PrefixCache::BlockRef& b : PrefixCache::chain_blocks(
+             prompt, options_.page_size, model_->fingerprint(), hybrid)) {
+      {
+        std::lock_guard<std::mutex> lock(prefetch_mutex_);
+        if (prefetch_stop_) return;
+      }
+      if (!pools_->host->prefetch(b.key, b.kind) && b.kind == PrefixCache::kKindKv) break;
+    }
+  }
 }
 
 Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mutex_);
+    prefetch_stop_ = true;
+  }
+  prefetch_wake_.notify_all();
+  if (prefetcher_.joinable()) prefetcher_.join();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -208,6 +240,11 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     seq->id = next_id_++;
     stream = std::make_shared<RequestStream>(seq->id);
     seq->stream = stream;
+    if (prefetcher_.joinable()) {
+      std::lock_guard<std::mutex> plock(prefetch_mutex_);
+      if (prefetch_queue_.size() < 64) prefetch_queue_.push_back(seq->tokens);
+      prefetch_wake_.notify_one();
+    }
     waiting_.push_back(std::move(seq));
     metrics_.waiting = static_cast<int64_t>(waiting_.size());
   }
@@ -216,8 +253,20 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
 }
 
 EngineMetrics Engine::metrics() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return metrics_;
+  EngineMetrics m;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    m = metrics_;
+  }
+  if (pools_->host) {  // live: the prefetcher moves these while the scheduler sleeps
+    const HostStoreStats hs = pools_->host->stats();
+    m.host_blocks = hs.blocks;
+    m.host_bytes = hs.bytes;
+    m.host_hits = hs.hits;
+    m.host_written_down = hs.written_down;
+    m.host_prefetched = hs.prefetched;
+  }
+  return m;
 }
 
 void Engine::wait_idle() {
@@ -260,13 +309,6 @@ void Engine::loop() {
       metrics_.restored_blocks = cs.restored_blocks;
       metrics_.restores_declined = cs.restores_declined;
       metrics_.restore_seconds = cs.restore_seconds;
-    }
-    if (pools_->host) {
-      const HostStoreStats hs = pools_->host->stats();
-      metrics_.host_blocks = hs.blocks;
-      metrics_.host_bytes = hs.bytes;
-      metrics_.host_hits = hs.hits;
-      metrics_.host_written_down = hs.written_down;
     }
     if (pools_->ssd) {
       const SsdStoreStats ss = pools_->ssd->stats();

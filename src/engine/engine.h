@@ -142,6 +142,7 @@ struct EngineMetrics {
   double restore_seconds = 0;
   uint64_t ssd_blocks = 0, ssd_bytes = 0, ssd_corrupt = 0, ssd_write_failures = 0, ssd_hits = 0;
   uint64_t host_blocks = 0, host_bytes = 0, host_hits = 0, host_written_down = 0;
+  uint64_t host_prefetched = 0;  // blocks read from the SSD ahead of the request needing them
   double prefill_tokens_per_second = 0, ssd_read_bytes_per_second = 0;  // measured at start
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
@@ -197,6 +198,14 @@ class Engine {
   bool stop_ = false;
   bool held_ = false;
   std::thread worker_;
+
+  // Prefetch of waiting requests' blocks from the SSD into the host tier (both tiers on).
+  void prefetch_loop();
+  std::mutex prefetch_mutex_;
+  std::condition_variable prefetch_wake_;
+  std::deque<std::vector<int32_t>> prefetch_queue_;
+  bool prefetch_stop_ = false;
+  std::thread prefetcher_;
 };
 
 }  // namespace hibana

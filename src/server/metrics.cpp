@@ -140,6 +140,9 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
              static_cast<double>(m->host_bytes));
     w.metric("hibana_host_cache_hits_total", "counter", "Blocks restored from the host-RAM tier.",
              static_cast<double>(m->host_hits));
+    w.metric("hibana_host_cache_prefetched_total", "counter",
+             "Blocks read from the SSD into host RAM while their request waited.",
+             static_cast<double>(m->host_prefetched));
     w.metric("hibana_host_cache_written_down_total", "counter",
              "Blocks the host-RAM tier wrote down to the SSD tier.",
              static_cast<double>(m->host_written_down));

@@ -88,6 +88,26 @@ void HostStore::flush() {
   }
 }
 
+bool HostStore::prefetch(const BlockKey& key, uint32_t kind) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (blocks_.count(key)) return true;
+  }
+  if (!next_) return false;
+  std::optional<std::vector<uint8_t>> bytes = next_->get(key, kind);  // outside the lock: I/O
+  if (!bytes) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (blocks_.count(key)) return true;
+  if (bytes->size() > capacity_) return false;
+  evict_to(capacity_ - bytes->size());
+  lru_.push_front(key);
+  stats_.bytes += bytes->size();
+  ++stats_.blocks;
+  ++stats_.prefetched;
+  blocks_.emplace(key, Entry{kind, std::move(*bytes), true, lru_.begin()});
+  return true;
+}
+
 HostStoreStats HostStore::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

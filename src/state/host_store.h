@@ -15,7 +15,7 @@ namespace hibana {
 
 struct HostStoreStats {
   uint64_t blocks = 0, bytes = 0;
-  uint64_t hits = 0, misses = 0, evictions = 0, written_down = 0, refused = 0;
+  uint64_t hits = 0, misses = 0, evictions = 0, written_down = 0, refused = 0, prefetched = 0;
 };
 
 class HostStore final : public BlockStore {
@@ -31,6 +31,9 @@ class HostStore final : public BlockStore {
   bool contains(const BlockKey& key) const override;
   void clear_block(const BlockKey& key) override;
   void flush();
+  // Copies a block the next tier holds into RAM (a request that will need it is waiting);
+  // true when the block is in RAM afterwards.
+  bool prefetch(const BlockKey& key, uint32_t kind);
   HostStoreStats stats() const;
 
  private:

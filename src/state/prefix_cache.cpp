@@ -16,8 +16,6 @@ namespace {
 constexpr uint64_t kCheckpointCredit = 256;
 }  // namespace
 
-constexpr uint32_t kKindKv = 1;
-constexpr uint32_t kKindCheckpoint = 2;
 
 PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
                          int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
@@ -135,6 +133,21 @@ PrefixCache::~PrefixCache() {
     if (n.checkpoint >= 0) pool_.free_slot(n.checkpoint);
   }
   for (int32_t s : spare_slots_) pool_.free_slot(s);
+}
+
+std::vector<PrefixCache::BlockRef> PrefixCache::chain_blocks(std::span<const int32_t> tokens,
+                                                             int64_t page_size,
+                                                             uint64_t fingerprint, bool hybrid) {
+  std::vector<BlockRef> out;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t blocks = n < 2 ? 0 : (n - 1) / page_size;  // as lookup(): one token stays
+  BlockKey k{};
+  for (int64_t i = 0; i < blocks; ++i) {
+    k = BlockKey::chain(k, tokens.subspan(i * page_size, page_size), fingerprint);
+    out.push_back({k, kKindKv});
+    if (hybrid) out.push_back({checkpoint_key(k), kKindCheckpoint});
+  }
+  return out;
 }
 
 BlockKey PrefixCache::key_at(std::span<const int32_t> tokens, int64_t blocks) const {

@@ -74,6 +74,20 @@ class PrefixCache {
   int64_t evict_pages(int64_t want);
   PrefixCacheStats stats() const;
   bool hybrid() const { return hybrid_; }
+
+  // Block kinds in the lower tiers.
+  static constexpr uint32_t kKindKv = 1;
+  static constexpr uint32_t kKindCheckpoint = 2;
+
+  // The lower-tier blocks a lookup of `tokens` could restore, in chain order: each full block's
+  // KV (kind 1) and, for hybrid models, its checkpoint (kind 2). Thread-safe (no cache state):
+  // the engine's prefetcher warms the host tier with them while a request waits.
+  struct BlockRef {
+    BlockKey key;
+    uint32_t kind;
+  };
+  static std::vector<BlockRef> chain_blocks(std::span<const int32_t> tokens, int64_t page_size,
+                                            uint64_t fingerprint, bool hybrid);
   // Writes every block and checkpoint not yet on the SSD tier (a clean shutdown).
   void flush();
 

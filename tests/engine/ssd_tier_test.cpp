@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine/engine.h"
 #include "support/fixture_model.h"
@@ -123,6 +124,44 @@ TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
   EXPECT_GT(m.host_written_down, 0u) << "host RAM never overflowed to the SSD";
   EXPECT_GT(m.ssd_hits, 0u) << "no block came back from the SSD";
   EXPECT_LE(m.host_bytes, static_cast<uint64_t>(tiered.host_cache_bytes));
+}
+
+// A returning conversation's blocks are read from the SSD into host RAM while its request
+// waits in the queue; admission then restores them from RAM.
+TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions opt = exact();
+  opt.cache_dir = dir.path();
+  std::vector<int32_t> hist = text(600, 7, V);
+  {
+    Engine first(model, opt);
+    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
+  }  // shutdown flushes every block to disk
+  append(hist, text(30, 8, V));
+  EngineOptions tiered = opt;
+  tiered.host_cache_bytes = int64_t(64) << 20;
+  EngineOptions off = exact();
+  off.prefix_cache = false;
+  Engine second(model, tiered), plain(model, off);
+  second.hold_admission(true);
+  GenerationRequest r;
+  r.prompt = hist;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  auto s = second.submit(r);
+  for (int i = 0; i < 500 && second.metrics().host_prefetched < 9; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(second.metrics().host_prefetched, 9u) << "the 9 full blocks were not prefetched";
+  second.hold_admission(false);
+  std::vector<int32_t> got;
+  StreamEvent ev;
+  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
+    got.push_back(ev.token);
+  }
+  EXPECT_EQ(got, run(plain, hist, 8).tokens);
+  EXPECT_GE(s->usage().cached_tokens, 512);
+  EXPECT_GT(second.metrics().host_hits, 0u);
 }
 
 TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {

@@ -32,20 +32,21 @@ stage_sanitize() {
     --gtest_filter='CudaOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
   echo "compute-sanitizer ops: rc=$? $(tail -1 "$OUT/sanitize_ops.log")"
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/model_tests \
-    --gtest_filter='*Golden*cuda*' --gtest_brief=1 >"$OUT/sanitize_golden.log" 2>&1
+    --gtest_filter='*GoldenTest*qwen3_next_recurrent_cuda:*GoldenTest*qwen3_fp8_recurrent_cuda' \
+    --gtest_brief=1 >"$OUT/sanitize_golden.log" 2>&1
   echo "compute-sanitizer golden: rc=$? $(tail -1 "$OUT/sanitize_golden.log")"
 }
 
 stage_bench_8b() {
   HIBANA_CUDA_TIMING=${TIMING:-0} timeout 240 $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1,8,32,64 --context 4096 \
+    --config bench/configs/qwen3-8b.json --dtype bf16 --batch ${BATCHES:-1,8,32,64} --context 4096 \
     --steps 16 2>&1 | tee "$OUT/bench_8b.log"
 }
 
 stage_bench_80b() {
   HIBANA_CUDA_TIMING=${TIMING:-0} timeout 400 $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1,8,32,64 --context 4096 \
-    --steps 16 2>&1 | tee "$OUT/bench_80b.log"
+    --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch ${BATCHES:-1,8,32,64} \
+    --context 4096 --steps 8 2>&1 | tee "$OUT/bench_80b.log"
 }
 
 stage_prefill() {

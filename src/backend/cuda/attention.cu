@@ -58,9 +58,11 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int64_t hd = p.hd, h = kvh * group + warp;
   const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
 
+  // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
+  // consecutive keys hit distinct banks.
   extern __shared__ float sm[];
-  float* ks = sm;                          // [kTile][hd + 1]
-  float* vs = ks + kTile * (hd + 1);       // [kTile][hd]
+  float* ks = sm;                          // [kTile][hd + 4]
+  float* vs = ks + kTile * (hd + 4);       // [kTile][hd]
   float* qs = vs + kTile * hd;             // [group][hd]
   for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
@@ -81,22 +83,25 @@ __global__ void attention_split_kernel(AttnParams p) {
         kv = *reinterpret_cast<const float4*>(p.kp + src);
         vv = *reinterpret_cast<const float4*>(p.vp + src);
       }
-      float* kd = ks + j * (hd + 1) + d;
-      kd[0] = kv.x;
-      kd[1] = kv.y;
-      kd[2] = kv.z;
-      kd[3] = kv.w;
+      *reinterpret_cast<float4*>(ks + j * (hd + 4) + d) = kv;
       *reinterpret_cast<float4*>(vs + j * hd + d) = vv;
     }
     __syncthreads();
     const bool valid = j0 + lane < end;
     float s = -INFINITY;
     if (valid) {
-      const float* kr = ks + lane * (hd + 1);
-      const float* qr = qs + warp * hd;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < hd; ++d) dot = fmaf(qr[d], kr[d], dot);
-      s = dot * p.scale;
+      // Four independent sums (one per float4 lane), added at the end: a fixed order.
+      const float4* kr = reinterpret_cast<const float4*>(ks + lane * (hd + 4));
+      const float4* qr = reinterpret_cast<const float4*>(qs + warp * hd);
+      float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+      for (int64_t d = 0; d < hd / 4; ++d) {
+        const float4 a = qr[d], b = kr[d];
+        d0 = fmaf(a.x, b.x, d0);
+        d1 = fmaf(a.y, b.y, d1);
+        d2 = fmaf(a.z, b.z, d2);
+        d3 = fmaf(a.w, b.w, d3);
+      }
+      s = ((d0 + d1) + (d2 + d3)) * p.scale;
     }
     const float m_new = fmaxf(m_run, warp_max(s));
     const float pj = valid ? expf(s - m_new) : 0.0f;
@@ -189,7 +194,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
   const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);
-  const size_t smem = (kTile * (hd + 1) + kTile * hd + group * hd) * sizeof(float);
+  const size_t smem = (kTile * (hd + 4) + kTile * hd + group * hd) * sizeof(float);
   static bool attr_set = false;
   if (!attr_set) {
     HIBANA_CUDA(cudaFuncSetAttribute(attention_split_kernel,

@@ -56,6 +56,33 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
   }
 }
 
+// One 256-thread CTA per group, for wide groups (whole hidden rows): the same maths with a
+// fixed two-level reduction (warps, then the 8 warp sums in order).
+template <bool kGated>
+__global__ void rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
+                                    const float* w, float eps, bool zero_centred, int64_t D,
+                                    int64_t G, float* out, int64_t ldo) {
+  const int64_t groups_per_row = D / G;
+  const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
+  const float* xr = x + r * ldx + c0;
+  __shared__ float part[8];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < G; i += 256) ss = fmaf(xr[i], xr[i], ss);
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) total += part[i];
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(G) + eps);
+  float* yr = out + r * ldo + c0;
+  for (int64_t i = threadIdx.x; i < G; i += 256) {
+    float y = zero_centred ? (xr[i] * inv) * (1.0f + w[i]) : w[i] * (xr[i] * inv);
+    if constexpr (kGated) y *= silu_f(z[r * ldz + c0 + i]);
+    yr[i] = y;
+  }
+}
+
 // ---- rotary embedding ----------------------------------------------------------------------
 
 __global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int64_t head_dim,
@@ -200,6 +227,13 @@ void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Ten
   check(G > 0 && D % G == 0, ErrorKind::internal, "rmsnorm: weight size does not divide the row");
   const int64_t warps = R * (D / G);
   if (warps == 0) return;
+  if (G >= 1024) {
+    rmsnorm_wide_kernel<false><<<static_cast<unsigned>(warps), 256, 0, stream()>>>(
+        x.ptr<float>(), ld(x), nullptr, 0, w.ptr<float>(), eps, zero_centred, D, G,
+        out.ptr<float>(), ld(out));
+    launched("rmsnorm_wide_kernel");
+    return;
+  }
   rmsnorm_kernel<false><<<blocks_for(warps * 32, 256), 256, 0, stream()>>>(
       x.ptr<float>(), ld(x), nullptr, 0, w.ptr<float>(), eps, zero_centred, R, D, G,
       out.ptr<float>(), ld(out));

@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
     for (int part = 0; part < kChunks; ++part) {
       float wf[VE];
       decode16<E>(*reinterpret_cast<const uint4*>(wrow + part * 16), wf);
-      if (mat.scale != nullptr && n < p.N) {
+      // Past the row's end the weights are zero-filled and have no scale to read.
+      if (mat.scale != nullptr && n < p.N && k0 + part * VE < p.K) {
         const float sc = scale_at<E>(p, mat.scale, n, k0 + part * VE);
 #pragma unroll
         for (int e = 0; e < VE; ++e) wf[e] *= sc;

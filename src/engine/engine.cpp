@@ -5,23 +5,13 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "state/host_store.h"
-#include "state/prefix_cache.h"
-#include "state/ssd_store.h"
+#include "engine/engine_pools.h"
 #include "state/state_pool.h"
 
 namespace hibana {
 
 // ---- Engine ----------------------------------------------------------------------------------
 
-struct Engine::Pools {
-  StatePool pool;
-  std::unique_ptr<SsdStore> ssd;       // null without a cache directory
-  std::unique_ptr<HostStore> host;     // null without a host-RAM budget
-  std::unique_ptr<PrefixCache> cache;  // null with prefix caching off
-  Pools(const StateSpec& spec, int64_t page_size, int64_t pages, int64_t slots)
-      : pool(spec, page_size, pages, slots) {}
-};
 
 struct Engine::Sequence {
   uint64_t id = 0;
@@ -41,10 +31,6 @@ struct Engine::Sequence {
 };
 
 namespace {
-
-double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // log-softmax value of one entry, and the top-n entries, from raw logits.
 void logprobs_of(const float* logits, int64_t vocab, int32_t token, int32_t top,
@@ -123,31 +109,6 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   if (pools_->host && pools_->ssd) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
-void Engine::prefetch_loop() {
-  const bool hybrid = pools_->pool.spec().deltanet_layers > 0;
-  for (;;) {
-    std::vector<int32_t> prompt;
-    {
-      std::unique_lock<std::mutex> lock(prefetch_mutex_);
-      prefetch_wake_.wait(lock, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
-      if (prefetch_stop_) return;
-      prompt = std::move(prefetch_queue_.front());
-      prefetch_queue_.pop_front();
-    }
-    // Warm host RAM along the prompt's chain until a block is found in no tier (the chain is
-    // broken there). Blocks still in the device pool are read too: the pool belongs to the
-    // engine thread, so this thread cannot ask it.
-    for (const PrefixCache::BlockRef& b : PrefixCache::chain_blocks(
-             prompt, options_.page_size, model_->fingerprint(), hybrid)) {
-      {
-        std::lock_guard<std::mutex> lock(prefetch_mutex_);
-        if (prefetch_stop_) return;
-      }
-      if (!pools_->host->prefetch(b.key, b.kind) && b.kind == PrefixCache::kKindKv) break;
-    }
-  }
-}
-
 Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(prefetch_mutex_);
@@ -169,43 +130,6 @@ Engine::~Engine() {
     pools_->cache->flush();
     if (pools_->host) pools_->host->flush();
   }
-}
-
-TierCosts Engine::measure_costs() {
-  // Restoring from SSD must beat recomputing: time a 128-token prefill and a 4 MiB block read.
-  TierCosts c;
-  StatePool& pool = pools_->pool;
-  const int64_t n = std::min<int64_t>(128, pool.num_pages() * pool.page_size());
-  std::vector<int32_t> tokens(n);
-  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % model_->config().vocab_size);
-  std::vector<int32_t> pages;
-  for (int64_t i = 0; i * pool.page_size() < n; ++i) pages.push_back(pool.alloc_page());
-  int32_t slot = pool.spec().deltanet_layers > 0 ? pool.alloc_slot() : -1;
-  SequenceInput in;
-  in.tokens = tokens;
-  in.pages = pages;
-  in.slot = slot;
-  in.logits = LogitsMode::none;
-  ForwardOutput out;
-  const auto t0 = SteadyClock::now();
-  model_->forward(std::span<const SequenceInput>(&in, 1), pool.views(), {}, out);
-  c.prefill_tokens_per_second = static_cast<double>(n) / std::max(1e-6, seconds_between(t0, SteadyClock::now()));
-  for (int32_t p : pages) pool.free_page(p);
-  if (slot >= 0) pool.free_slot(slot);
-  std::vector<uint8_t> probe(4 << 20, 0x5a);
-  const BlockKey key{0x70726f6265ull, static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count())};
-  if (pools_->ssd->put(key, 99, probe)) {
-    const auto t1 = SteadyClock::now();
-    auto back = pools_->ssd->get(key, 99);
-    const double s = seconds_between(t1, SteadyClock::now());
-    if (back) c.ssd_read_bytes_per_second = static_cast<double>(probe.size()) / std::max(1e-6, s);
-  }
-  pools_->ssd->clear_block(key);
-  metrics_.prefill_tokens_per_second = c.prefill_tokens_per_second;
-  metrics_.ssd_read_bytes_per_second = c.ssd_read_bytes_per_second;
-  log_info("tier costs: prefill ", static_cast<int64_t>(c.prefill_tokens_per_second),
-           " tokens/s, SSD read ", static_cast<int64_t>(c.ssd_read_bytes_per_second / 1e6), " MB/s");
-  return c;
 }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
@@ -252,23 +176,6 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   return stream;
 }
 
-EngineMetrics Engine::metrics() const {
-  EngineMetrics m;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    m = metrics_;
-  }
-  if (pools_->host) {  // live: the prefetcher moves these while the scheduler sleeps
-    const HostStoreStats hs = pools_->host->stats();
-    m.host_blocks = hs.blocks;
-    m.host_bytes = hs.bytes;
-    m.host_hits = hs.hits;
-    m.host_written_down = hs.written_down;
-    m.host_prefetched = hs.prefetched;
-  }
-  return m;
-}
-
 void Engine::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [&] { return waiting_.empty() && metrics_.running == 0; });
@@ -292,32 +199,7 @@ void Engine::loop() {
       running_.clear();
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.running = static_cast<int64_t>(running_.size());
-    metrics_.waiting = static_cast<int64_t>(waiting_.size());
-    metrics_.kv_pages_used = pools_->pool.num_pages() - pools_->pool.free_pages();
-    if (pools_->cache) {
-      const PrefixCacheStats cs = pools_->cache->stats();
-      metrics_.prefix_query_tokens = cs.query_tokens;
-      metrics_.prefix_hit_tokens = cs.hit_tokens;
-      metrics_.cache_nodes = cs.nodes;
-      metrics_.cache_pages = cs.pages;
-      metrics_.cache_checkpoints = cs.checkpoints;
-      metrics_.device_hit_tokens = cs.device_hit_tokens;
-      metrics_.ssd_hit_tokens = cs.ssd_hit_tokens;
-      metrics_.spilled_bytes = cs.spilled_bytes;
-      metrics_.restored_bytes = cs.restored_bytes;
-      metrics_.restored_blocks = cs.restored_blocks;
-      metrics_.restores_declined = cs.restores_declined;
-      metrics_.restore_seconds = cs.restore_seconds;
-    }
-    if (pools_->ssd) {
-      const SsdStoreStats ss = pools_->ssd->stats();
-      metrics_.ssd_blocks = ss.blocks;
-      metrics_.ssd_bytes = ss.bytes;
-      metrics_.ssd_corrupt = ss.corrupt;
-      metrics_.ssd_hits = ss.hits;
-      metrics_.ssd_write_failures = ss.write_failures;
-    }
+    refresh_metrics();
     if (running_.empty() && waiting_.empty()) idle_.notify_all();
   }
 }

@@ -181,6 +181,7 @@ class Engine {
   struct TierCosts measure_costs();
   bool ensure_pages(Sequence& s, int64_t positions);
   void release(Sequence& s);
+  void refresh_metrics();
 
   std::shared_ptr<const Model> model_;
   EngineOptions options_;

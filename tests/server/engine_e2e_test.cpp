@@ -96,7 +96,7 @@ TEST_F(EngineE2E, StreamingMatchesNonStreaming) {
       text += d["content"].get<std::string>();
     }
   }
-  EXPECT_EQ(text, whole.j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(text, whole.j["choices"][0]["message"]["content"].get<std::string>());
 }
 
 // 9. Context overflow: 400 with both counts, streaming or not, and no SSE bytes.
@@ -139,7 +139,7 @@ TEST_F(EngineE2E, Logprobs) {
     EXPECT_FALSE(t["bytes"].empty());
     EXPECT_EQ(t["top_logprobs"].size(), 3u);
   }
-  EXPECT_EQ(joined, r.j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(joined, r.j["choices"][0]["message"]["content"].get<std::string>());
   body["stream"] = true;
   Reply s = post(*server_, "/v1/chat/completions", body);
   std::string streamed;

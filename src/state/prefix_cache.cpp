@@ -24,7 +24,7 @@ PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint
       fingerprint_(fingerprint),
       hybrid_(pool.spec().deltanet_layers > 0),
       free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0),
-      ssd_(lower),
+      lower_(lower),
       costs_(costs) {}
 
 size_t PrefixCache::page_bytes() const {
@@ -105,10 +105,10 @@ bool PrefixCache::unpack_slot(std::span<const uint8_t> bytes, int32_t slot) {
 }
 
 void PrefixCache::spill(const BlockKey& key, Node& node) {
-  if (!ssd_) return;
+  if (!lower_) return;
   if (node.page >= 0 && !node.kv_on_ssd) {
     std::vector<uint8_t> bytes = pack_page(node.page);
-    if (ssd_->put(key, kKindKv, bytes)) {
+    if (lower_->put(key, kKindKv, bytes)) {
       node.kv_on_ssd = true;
       stats_.spilled_bytes += bytes.size();
       ++stats_.spilled_blocks;
@@ -116,7 +116,7 @@ void PrefixCache::spill(const BlockKey& key, Node& node) {
   }
   if (node.checkpoint >= 0 && !node.checkpoint_on_ssd) {
     std::vector<uint8_t> bytes = pack_slot(node.checkpoint);
-    if (ssd_->put(checkpoint_key(key), kKindCheckpoint, bytes)) {
+    if (lower_->put(checkpoint_key(key), kKindCheckpoint, bytes)) {
       node.checkpoint_on_ssd = true;
       stats_.spilled_bytes += bytes.size();
     }
@@ -186,9 +186,9 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
     k = BlockKey::chain(k, tokens.subspan(i * ps, ps), fingerprint_);
     auto it = nodes_.find(k);
     const bool kv_device = it != nodes_.end() && it->second.page >= 0;
-    if (!kv_device && !(ssd_ && ssd_->contains(k))) break;
+    if (!kv_device && !(lower_ && lower_->contains(k))) break;
     Level lv{k, kv_device, kv_device && it->second.checkpoint >= 0, false};
-    if (hybrid_ && !lv.ckpt_device && ssd_) lv.ckpt_ssd = ssd_->contains(checkpoint_key(k));
+    if (hybrid_ && !lv.ckpt_device && lower_) lv.ckpt_ssd = lower_->contains(checkpoint_key(k));
     device_unbroken = device_unbroken && kv_device;
     if (!hybrid_ || lv.ckpt_device || lv.ckpt_ssd) usable_any = i + 1;
     if (device_unbroken && (!hybrid_ || lv.ckpt_device)) usable_device = i + 1;
@@ -226,7 +226,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
       // Bring the block back from the SSD tier into a fresh page.
       if (pool_.free_pages() == 0) evict_pages(1);
       std::optional<std::vector<uint8_t>> bytes;
-      if (pool_.free_pages() > 0) bytes = ssd_->get(lv.key, kKindKv);
+      if (pool_.free_pages() > 0) bytes = lower_->get(lv.key, kKindKv);
       if (!bytes || bytes->size() != page_bytes()) {
         target = i;  // corrupt, evicted meanwhile or no room: stop here
         break;
@@ -265,7 +265,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
       } else if (levels[d - 1].ckpt_ssd) {
         int32_t slot = take_checkpoint_slot();
         std::optional<std::vector<uint8_t>> bytes;
-        if (slot >= 0) bytes = ssd_->get(checkpoint_key(levels[d - 1].key), kKindCheckpoint);
+        if (slot >= 0) bytes = lower_->get(checkpoint_key(levels[d - 1].key), kKindCheckpoint);
         if (bytes && unpack_slot(*bytes, slot)) {
           node.checkpoint = slot;
           node.checkpoint_on_ssd = true;
@@ -314,9 +314,9 @@ int32_t PrefixCache::take_checkpoint_slot() {
     }
   }
   if (!victim) return -1;
-  if (ssd_ && !victim->checkpoint_on_ssd) {  // write-back before the slot is reused
+  if (lower_ && !victim->checkpoint_on_ssd) {  // write-back before the slot is reused
     std::vector<uint8_t> bytes = pack_slot(victim->checkpoint);
-    if (ssd_->put(checkpoint_key(*victim_key), kKindCheckpoint, bytes)) {
+    if (lower_->put(checkpoint_key(*victim_key), kKindCheckpoint, bytes)) {
       stats_.spilled_bytes += bytes.size();
     }
   }

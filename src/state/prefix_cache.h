@@ -124,7 +124,7 @@ class PrefixCache {
   int64_t free_checkpoint_slots_;
   std::vector<int32_t> spare_slots_;
   std::unordered_map<BlockKey, Node, BlockKeyHash> nodes_;
-  BlockStore* ssd_;  // the tiers below the device pool (host RAM and/or SSD), may be null
+  BlockStore* lower_;  // the tiers below the device pool (host RAM and/or SSD), may be null
   TierCosts costs_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;

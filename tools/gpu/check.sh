@@ -37,16 +37,11 @@ stage_sanitize() {
   echo "compute-sanitizer golden: rc=$? $(tail -1 "$OUT/sanitize_golden.log")"
 }
 
-stage_bench_8b() {
-  HIBANA_CUDA_TIMING=${TIMING:-0} timeout 240 $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/qwen3-8b.json --dtype bf16 --batch ${BATCHES:-1,8,32,64} --context 4096 \
-    --steps 16 2>&1 | tee "$OUT/bench_8b.log"
-}
-
-stage_bench_80b() {
-  HIBANA_CUDA_TIMING=${TIMING:-0} timeout 400 $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch ${BATCHES:-1,8,32,64} \
-    --context 4096 --steps 8 2>&1 | tee "$OUT/bench_80b.log"
+# Decode at 4k context for one bench config and dummy dtype: bench_decode NAME DTYPE TIMEOUT.
+bench_decode() {
+  HIBANA_CUDA_TIMING=${TIMING:-0} timeout "$3" $B/hibana bench decode --device cuda \
+    --load-format dummy --config bench/configs/$1.json --dtype "$2" \
+    --batch ${BATCHES:-1,8,32,64} --context 4096 --steps 16 2>&1 | tee "$OUT/bench_$1.log"
 }
 
 stage_prefill() {
@@ -82,8 +77,8 @@ for s in "$@"; do
     build) stage_build || exit 1 ;;
     tests) stage_tests ;;
     sanitize) stage_sanitize ;;
-    bench-8b) stage_bench_8b ;;
-    bench-80b) stage_bench_80b ;;
+    bench-8b) bench_decode qwen3-8b bf16 240 ;;
+    bench-80b) bench_decode qwen3-next-80b-a3b fp8 400 ;;
     prefill) stage_prefill ;;
     serve) stage_serve ;;
     *) echo "unknown stage $s"; exit 2 ;;

@@ -54,7 +54,7 @@ class CudaMemory final : public DeviceMemory {
     cudaError_t e = bytes >= kLargeAllocation ? cudaMalloc(&p, bytes)
                                               : cudaMallocAsync(&p, bytes, stream());
     if (e != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error so later calls work
+      cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
       size_t free_b = 0, total = 0;
       cudaMemGetInfo(&free_b, &total);
       throw Error(ErrorKind::out_of_memory,

@@ -221,36 +221,39 @@ void embedding(const Weight& table, const Tensor& ids, Tensor out) {
   launched("embedding_kernel");
 }
 
-void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) {
-  check_same_rows(x, out, "rmsnorm");
+namespace {
+// Both norms: a 256-thread CTA per group for wide groups (whole hidden rows), a warp per group
+// for narrow ones (heads).
+template <bool kGated>
+void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, bool zero_centred,
+                 Tensor out, const char* op) {
+  check_same_rows(x, out, op);
+  if (z) check_same_rows(x, *z, op);
   const int64_t R = x.shape[0], D = x.shape[1], G = w.numel();
-  check(G > 0 && D % G == 0, ErrorKind::internal, "rmsnorm: weight size does not divide the row");
-  const int64_t warps = R * (D / G);
-  if (warps == 0) return;
+  check(G > 0 && D % G == 0, ErrorKind::internal, std::string(op) + ": weight size does not divide the row");
+  const int64_t groups = R * (D / G);
+  if (groups == 0) return;
+  const float* zp = z ? z->ptr<float>() : nullptr;
+  const int64_t ldz = z ? ld(*z) : 0;
   if (G >= 1024) {
-    rmsnorm_wide_kernel<false><<<static_cast<unsigned>(warps), 256, 0, stream()>>>(
-        x.ptr<float>(), ld(x), nullptr, 0, w.ptr<float>(), eps, zero_centred, D, G,
+    rmsnorm_wide_kernel<kGated><<<static_cast<unsigned>(groups), 256, 0, stream()>>>(
+        x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(),
+        ld(out));
+  } else {
+    rmsnorm_kernel<kGated><<<blocks_for(groups * 32, 256), 256, 0, stream()>>>(
+        x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G,
         out.ptr<float>(), ld(out));
-    launched("rmsnorm_wide_kernel");
-    return;
   }
-  rmsnorm_kernel<false><<<blocks_for(warps * 32, 256), 256, 0, stream()>>>(
-      x.ptr<float>(), ld(x), nullptr, 0, w.ptr<float>(), eps, zero_centred, R, D, G,
-      out.ptr<float>(), ld(out));
-  launched("rmsnorm_kernel");
+  launched(op);
+}
+}  // namespace
+
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) {
+  launch_norm<false>(x, nullptr, w, eps, zero_centred, out, "rmsnorm");
 }
 
 void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out) {
-  check_same_rows(x, out, "gated_rmsnorm");
-  check_same_rows(x, z, "gated_rmsnorm");
-  const int64_t R = x.shape[0], D = x.shape[1], G = w.numel();
-  check(G > 0 && D % G == 0, ErrorKind::internal, "gated_rmsnorm: weight size");
-  const int64_t warps = R * (D / G);
-  if (warps == 0) return;
-  rmsnorm_kernel<true><<<blocks_for(warps * 32, 256), 256, 0, stream()>>>(
-      x.ptr<float>(), ld(x), z.ptr<float>(), ld(z), w.ptr<float>(), eps, false, R, D, G,
-      out.ptr<float>(), ld(out));
-  launched("gated_rmsnorm_kernel");
+  launch_norm<true>(x, &z, w, eps, false, out, "gated_rmsnorm");
 }
 
 void gather_columns(const Tensor& x, const Tensor& index, Tensor out) {

@@ -18,7 +18,7 @@ constexpr int kMaxRows = 32;      // key dims per thread: key_dim <= 128
 
 // One thread per (sequence, channel), walking the sequence's tokens in order.
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
-                            int64_t num_slots, const int32_t* seq_start, const int32_t* slots,
+                            const int32_t* seq_start, const int32_t* slots,
                             const int32_t* snaps, int64_t S, int64_t C, float* out, int64_t ldo) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= S * C) return;
@@ -176,7 +176,7 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
   if (n == 0) return;
   conv_kernel<<<blocks_for(n, 128), 128, 0, stream()>>>(
       x.ptr<float>(), ld(x), w.ptr<float>(), static_cast<int>(K), conv_states.ptr<float>(),
-      conv_states.shape[0], layout.seq_start.ptr<int32_t>(), layout.state_slot.ptr<int32_t>(),
+      layout.seq_start.ptr<int32_t>(), layout.state_slot.ptr<int32_t>(),
       layout.snapshot_slot.ptr<int32_t>(), layout.num_seqs, C, out.ptr<float>(), ld(out));
   launched("conv_kernel");
 }

@@ -81,7 +81,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <Elt E>
 __device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n, int64_t k) {
   const int64_t i = (n / p.block_rows) * p.scale_ld + k / p.block_cols;
   if (p.scale_kind == 1) return static_cast<const float*>(scale)[i];
@@ -210,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
       decode16<E>(*reinterpret_cast<const uint4*>(wrow + part * 16), wf);
       // Past the row's end the weights are zero-filled and have no scale to read.
       if (mat.scale != nullptr && n < p.N && k0 + part * VE < p.K) {
-        const float sc = scale_at<E>(p, mat.scale, n, k0 + part * VE);
+        const float sc = scale_at(p, mat.scale, n, k0 + part * VE);
 #pragma unroll
         for (int e = 0; e < VE; ++e) wf[e] *= sc;
       }

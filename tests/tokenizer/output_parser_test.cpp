@@ -189,6 +189,25 @@ TEST(OutputParser, JsonCallWithStringArgumentsAndNoTools) {
                     {"", "", {{"any_tool", R"({"a": [1, 2.5, null]})"}}});
 }
 
+// An agent writing a large file streams a call body of hundreds of kilobytes a few bytes at a
+// time; the search for the closing tag resumes where it stopped (it used to rescan the whole
+// body on every piece).
+TEST(OutputParser, LongCallsStreamedInSmallPieces) {
+  const std::string body(300000, 'x');
+  const std::string json_call = "<tool_call>{\"name\": \"write_file\", \"arguments\": "
+                                "{\"path\": \"a\", \"content\": \"" + body + "\"}}</tool_call>";
+  const std::string xml_call = "<tool_call>\n<function=write_file>\n<parameter=content>\n" +
+                               body + "\n</parameter>\n</function>\n</tool_call>";
+  for (const std::string& text : {json_call, xml_call}) {
+    std::vector<std::string> pieces;
+    for (size_t i = 0; i < text.size(); i += 7) pieces.push_back(text.substr(i, 7));
+    Collected c = run(options(false), pieces);
+    ASSERT_EQ(c.calls.size(), 1u);
+    json args = json::parse(c.calls[0].arguments);
+    EXPECT_EQ(args["content"], body);
+  }
+}
+
 TEST(OutputParser, XmlValuesStayStringsWithoutSchemas) {
   check_every_split(options(false, true, false),
                     "Sure.<tool_call>\n<function=f>\n<parameter=n>\n42\n</parameter>\n</"

@@ -43,6 +43,17 @@ const json* ToolCallExtractor::find_tool(const std::string& name) const {
 void ToolCallExtractor::consume(size_t n) {
   raw_.append(buffer_, 0, n);
   buffer_.erase(0, n);
+  searched_ = 0;
+}
+
+// Where `tag` first occurs in the buffer, resuming where the previous (failed) search of the
+// same wait stopped, so a long call body streamed in small pieces is scanned once, not once per
+// piece.
+size_t ToolCallExtractor::find_tag(std::string_view buf, std::string_view tag) {
+  const size_t from = searched_ >= tag.size() ? searched_ - (tag.size() - 1) : 0;
+  const size_t at = buf.find(tag, from);
+  searched_ = at == std::string_view::npos ? buf.size() : 0;
+  return at;
 }
 
 void ToolCallExtractor::content_text(std::string_view text, OutputDelta& out) {
@@ -151,7 +162,7 @@ void ToolCallExtractor::scan(OutputDelta& out) {
         continue;
       }
       case State::json_call: {
-        size_t end = buf.find(kCallClose);
+        size_t end = find_tag(buf, kCallClose);
         if (end == std::string_view::npos) return;
         std::string body(buf.substr(0, end));
         consume(end + kCallClose.size());
@@ -228,7 +239,7 @@ void ToolCallExtractor::scan(OutputDelta& out) {
         continue;
       }
       case State::xml_param: {
-        size_t end = buf.find(kParamClose);
+        size_t end = find_tag(buf, kParamClose);
         if (end == std::string_view::npos) return;
         std::string value(buf.substr(0, end));
         consume(end + kParamClose.size());
@@ -252,7 +263,7 @@ void ToolCallExtractor::scan(OutputDelta& out) {
         continue;
       }
       case State::raw_call: {
-        size_t end = buf.find(kCallClose);
+        size_t end = find_tag(buf, kCallClose);
         if (end == std::string_view::npos) return;
         consume(end + kCallClose.size());
         malformed(out);

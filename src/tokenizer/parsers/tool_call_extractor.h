@@ -33,6 +33,7 @@ class ToolCallExtractor {
 
   void scan(OutputDelta& out);
   void consume(size_t n);
+  size_t find_tag(std::string_view buf, std::string_view tag);
   void content_text(std::string_view text, OutputDelta& out);
   void emit(OutputDelta& out, const std::string& id, const std::string& name,
             const std::string& arguments);
@@ -47,6 +48,7 @@ class ToolCallExtractor {
 
   State state_ = State::text;
   std::string buffer_;       // text not yet consumed
+  size_t searched_ = 0;      // bytes of buffer_ already searched for the awaited closing tag
   std::string raw_;          // the current call's text, for the malformed fallback
   std::string held_spaces_;  // trailing whitespace of content, dropped before a call
   bool after_call_ = false;  // whitespace after a call is dropped

@@ -75,7 +75,6 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
     so.capacity_bytes = static_cast<uint64_t>(options_.ssd_cache_bytes);
     so.model_fingerprint = model_->fingerprint();
     pools_->ssd = std::make_unique<SsdStore>(so);
-    costs = measure_costs();
   }
   if (options_.prefix_cache && options_.host_cache_bytes > 0) {
     if (model_->backend().unified_memory()) {
@@ -85,6 +84,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
                                                  pools_->ssd.get());
     }
   }
+  if (pools_->ssd) costs = measure_costs();
   if (options_.prefix_cache) {
     BlockStore* lower = pools_->host ? static_cast<BlockStore*>(pools_->host.get())
                                      : static_cast<BlockStore*>(pools_->ssd.get());

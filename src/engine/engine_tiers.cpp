@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_pools.h"
@@ -39,10 +40,22 @@ TierCosts Engine::measure_costs() {
     if (back) c.ssd_read_bytes_per_second = static_cast<double>(probe.size()) / std::max(1e-6, s);
   }
   pools_->ssd->clear_block(key);
+  if (pools_->host) {
+    // A block restored from host RAM costs about one copy of its bytes to the model's device.
+    const Device dev = model_->backend().device();
+    Buffer target(probe.size(), dev);
+    copy_bytes(target.data(), dev, probe.data(), Device::cpu, probe.size());  // warm-up
+    const auto t2 = SteadyClock::now();
+    copy_bytes(target.data(), dev, probe.data(), Device::cpu, probe.size());
+    c.host_read_bytes_per_second =
+        static_cast<double>(probe.size()) / std::max(1e-6, seconds_between(t2, SteadyClock::now()));
+  }
   metrics_.prefill_tokens_per_second = c.prefill_tokens_per_second;
   metrics_.ssd_read_bytes_per_second = c.ssd_read_bytes_per_second;
   log_info("tier costs: prefill ", static_cast<int64_t>(c.prefill_tokens_per_second),
-           " tokens/s, SSD read ", static_cast<int64_t>(c.ssd_read_bytes_per_second / 1e6), " MB/s");
+           " tokens/s, SSD read ", static_cast<int64_t>(c.ssd_read_bytes_per_second / 1e6),
+           " MB/s, host RAM to device ", static_cast<int64_t>(c.host_read_bytes_per_second / 1e6),
+           " MB/s");
   return c;
 }
 

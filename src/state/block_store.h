@@ -19,6 +19,8 @@ class BlockStore {
   // The payload of a block of this kind, or nullopt.
   virtual std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind) = 0;
   virtual bool contains(const BlockKey& key) const = 0;
+  // True when the block is held in host RAM, so restoring it reads memory, not the disk.
+  virtual bool in_memory(const BlockKey& /*key*/) const { return false; }
   virtual void clear_block(const BlockKey& key) = 0;
 };
 

@@ -49,6 +49,11 @@ bool HostStore::contains(const BlockKey& key) const {
   return next_ && next_->contains(key);
 }
 
+bool HostStore::in_memory(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocks_.count(key) > 0;
+}
+
 void HostStore::clear_block(const BlockKey& key) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -29,6 +29,7 @@ class HostStore final : public BlockStore {
   bool put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) override;
   std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind) override;
   bool contains(const BlockKey& key) const override;
+  bool in_memory(const BlockKey& key) const override;
   void clear_block(const BlockKey& key) override;
   void flush();
   // Copies a block the next tier holds into RAM (a request that will need it is waiting);

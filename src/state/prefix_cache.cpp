@@ -196,13 +196,21 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
   }
   int64_t target = usable_device;
   if (usable_any > usable_device) {
-    // Restore from the SSD tier only when loading beats recomputing.
-    size_t bytes = 0;
-    for (int64_t i = 0; i < usable_any; ++i) bytes += levels[i].kv_device ? 0 : page_bytes();
-    if (hybrid_ && !levels[usable_any - 1].ckpt_device) bytes += slot_bytes();
-    const double load = costs_.ssd_read_bytes_per_second > 0
-                            ? static_cast<double>(bytes) / costs_.ssd_read_bytes_per_second
-                            : 0.0;
+    // Restore from the lower tiers only when loading beats recomputing; blocks in host RAM
+    // load at the host rate, the others at the disk's.
+    double ram_bytes = 0, disk_bytes = 0;
+    auto price = [&](const BlockKey& key, size_t bytes) {
+      (lower_->in_memory(key) ? ram_bytes : disk_bytes) += static_cast<double>(bytes);
+    };
+    for (int64_t i = 0; i < usable_any; ++i) {
+      if (!levels[i].kv_device) price(levels[i].key, page_bytes());
+    }
+    if (hybrid_ && !levels[usable_any - 1].ckpt_device) {
+      price(checkpoint_key(levels[usable_any - 1].key), slot_bytes());
+    }
+    auto seconds = [](double bytes, double rate) { return rate > 0 ? bytes / rate : 0.0; };
+    const double load = seconds(ram_bytes, costs_.host_read_bytes_per_second) +
+                        seconds(disk_bytes, costs_.ssd_read_bytes_per_second);
     const double recompute = costs_.prefill_tokens_per_second > 0
                                  ? static_cast<double>((usable_any - usable_device) * ps) /
                                        costs_.prefill_tokens_per_second

@@ -44,10 +44,12 @@ struct PrefixCacheStats {
   double restore_seconds = 0;      // total time spent restoring from SSD
 };
 
-// Measured rates for deciding between restoring from the SSD tier and recomputing.
+// Measured rates for deciding between restoring from a lower tier and recomputing. Blocks in
+// host RAM are priced at the host rate, blocks on disk at the SSD rate.
 struct TierCosts {
-  double prefill_tokens_per_second = 0;  // 0: always restore
-  double ssd_read_bytes_per_second = 0;  // 0: always restore
+  double prefill_tokens_per_second = 0;   // 0: always restore
+  double ssd_read_bytes_per_second = 0;   // 0: reading the disk costs nothing
+  double host_read_bytes_per_second = 0;  // 0: reading host RAM costs nothing
 };
 
 class PrefixCache {

@@ -80,6 +80,15 @@ class Backend {
   // (HIBANA_CUDA_TIMING=1); empty otherwise.
   virtual std::string timing_report() { return {}; }
 
+  // Graphs (CUDA): ops queued between begin_capture() and end_capture() are recorded instead of
+  // run, and replay() runs the recording again with the same pointers and shapes (the data
+  // behind those pointers may change between replays). Only asked when can_capture() is true.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() {}
+  // The recording, or null when an op could not be recorded (the backend is usable again).
+  virtual std::shared_ptr<void> end_capture() { return nullptr; }
+  virtual void replay(const std::shared_ptr<void>& /*graph*/) {}
+
   // out[t] = table[ids[t]] (any float dtype, converted to f32).
   virtual void embedding(const Weight& table, const Tensor& ids, Tensor out) = 0;
   // RMSNorm over groups of G = weight.numel() consecutive values of each row of x [R, D]

@@ -1,4 +1,4 @@
-// hibana bench decode|prefill: speed at given shapes, as tokens/s and as a fraction of the
+// hibana bench decode|prefill (matmul: cmd_bench_matmul.cpp): speed at given shapes, as tokens/s and as a fraction of the
 // memory roofline (bytes a step must read / measured copy bandwidth).
 #include <algorithm>
 #include <chrono>
@@ -196,6 +196,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   p->model.add_to(*pre);
   pre->add_option("--prompt-tokens", p->prompt, "prompt length (default 512)");
   pre->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
+  add_bench_matmul_command(*bench, action);
 }
 
 }  // namespace hibana::cli

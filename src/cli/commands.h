@@ -13,6 +13,7 @@ void add_run_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_info_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
+void add_bench_matmul_command(CLI::App& bench, Action& action);
 void add_perplexity_command(CLI::App& app, Action& action);
 void add_cache_command(CLI::App& app, Action& action);
 void add_launch_command(CLI::App& app, Action& action);

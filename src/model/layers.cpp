@@ -26,31 +26,40 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
                const BatchLayout& layout, const StateViews& state, int64_t state_index,
                Tensor out) {
   const int64_t T = xn.shape[0], nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
-  OwnedTensor qbuf, k = scratch(be, T, nkv * hd), v = scratch(be, T, nkv * hd);
-  Tensor q, gate;
-  if (c.attention_output_gate) {
-    // q_proj yields [q_h | gate_h] per head; regroup as [all q | all gates].
-    OwnedTensor packed = scratch(be, T, 2 * nh * hd);
-    be.matmul(xn, w.q, packed.tensor);
+  const int64_t q_rows = w.q.rows();  // 2 * nh * hd when gated: [q_h | gate_h] per head
+  OwnedTensor proj, kbuf, vbuf, qbuf;
+  Tensor q_proj, k, v;
+  if (!w.qkv.empty()) {  // stacked [q ; k ; v]: one matmul, column views of its output
+    proj = scratch(be, T, w.qkv.rows());
+    be.matmul(xn, w.qkv, proj.tensor);
+    q_proj = columns(proj.tensor, 0, q_rows);
+    k = columns(proj.tensor, q_rows, nkv * hd);
+    v = columns(proj.tensor, q_rows + nkv * hd, nkv * hd);
+  } else {
+    proj = scratch(be, T, q_rows);
+    kbuf = scratch(be, T, nkv * hd);
+    vbuf = scratch(be, T, nkv * hd);
+    be.matmul(xn, w.q, proj.tensor);
+    be.matmul(xn, w.k, kbuf.tensor);
+    be.matmul(xn, w.v, vbuf.tensor);
+    q_proj = proj.tensor;
+    k = kbuf.tensor;
+    v = vbuf.tensor;
+  }
+  Tensor q = q_proj, gate;
+  if (c.attention_output_gate) {  // regroup as [all q | all gates]
     qbuf = scratch(be, T, 2 * nh * hd);
-    be.gather_columns(packed.tensor, w.q_gate_split, qbuf.tensor);
+    be.gather_columns(q_proj, w.q_gate_split, qbuf.tensor);
     q = columns(qbuf.tensor, 0, nh * hd);
     gate = columns(qbuf.tensor, nh * hd, nh * hd);
-  } else {
-    qbuf = scratch(be, T, nh * hd);
-    be.matmul(xn, w.q, qbuf.tensor);
-    q = qbuf.tensor;
   }
-  be.matmul(xn, w.k, k.tensor);
-  be.matmul(xn, w.v, v.tensor);
   be.rmsnorm(q, w.q_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, q);
-  be.rmsnorm(k.tensor, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm,
-             k.tensor);
+  be.rmsnorm(k, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, k);
   be.rope(q, nh, hd, c.rotary_dim, c.rope_theta, layout);
-  be.rope(k.tensor, nkv, hd, c.rotary_dim, c.rope_theta, layout);
+  be.rope(k, nkv, hd, c.rotary_dim, c.rope_theta, layout);
   const Tensor& kp = state.k_pages.at(state_index);
   const Tensor& vp = state.v_pages.at(state_index);
-  be.store_kv(k.tensor, v.tensor, kp, vp, layout);
+  be.store_kv(k, v, kp, vp, layout);
   OwnedTensor att = scratch(be, T, nh * hd);
   be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
                att.tensor);
@@ -91,10 +100,17 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
 
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], inter = w.gate.rows();
-  OwnedTensor g = scratch(be, T, inter), u = scratch(be, T, inter);
-  be.matmul(xn, w.gate, g.tensor);
-  be.matmul(xn, w.up, u.tensor);
-  be.silu_mul(g.tensor, u.tensor, g.tensor);
+  OwnedTensor g = scratch(be, T, inter);
+  if (!w.gate_up.empty()) {  // stacked [gate ; up]: one matmul
+    OwnedTensor gu = scratch(be, T, 2 * inter);
+    be.matmul(xn, w.gate_up, gu.tensor);
+    be.silu_mul(columns(gu.tensor, 0, inter), columns(gu.tensor, inter, inter), g.tensor);
+  } else {
+    OwnedTensor u = scratch(be, T, inter);
+    be.matmul(xn, w.gate, g.tensor);
+    be.matmul(xn, w.up, u.tensor);
+    be.silu_mul(g.tensor, u.tensor, g.tensor);
+  }
   be.matmul(g.tensor, w.down, out);
 }
 

@@ -57,9 +57,12 @@ struct MtpInput {
   LogitsMode logits = LogitsMode::last;
 };
 
+class DecodeGraphs;
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend);
+  ~Model();
 
   // Loads a Hugging Face directory (or hub ORG/NAME). Throws Error naming the problem.
   static std::unique_ptr<Model> load(const std::string& model, std::shared_ptr<Backend> backend,
@@ -88,6 +91,8 @@ class Model {
   // Identifies the weights (dtype, shape and sampled bytes of every tensor, plus the config
   // shape): stored state is only reused by a model with the same fingerprint.
   uint64_t fingerprint() const { return fingerprint_; }
+  // Decode steps run by replaying a recorded graph (0 on backends without graphs).
+  int64_t decode_graph_replays() const;
 
  private:
   ModelConfig config_;
@@ -95,6 +100,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   std::string source_;
   uint64_t fingerprint_ = 0;
+  std::unique_ptr<DecodeGraphs> graphs_;  // on backends that record graphs (CUDA)
 };
 
 }  // namespace hibana

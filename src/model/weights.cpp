@@ -309,6 +309,63 @@ void quantize_weights_fp8(ModelWeights& w) {
   if (w.lm_head.w.data != w.embed.w.data) w.matrix_bytes += w.lm_head.nbytes();
 }
 
+namespace {
+// True when the matrices can be stacked row-wise into one: same dtype, columns and scale
+// layout, contiguous rows, and (scaled) every part but the last a whole number of scale blocks.
+bool can_stack(const std::vector<Weight*>& parts) {
+  const Weight& a = *parts[0];
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Weight& b = *parts[i];
+    if (b.w.empty() || !b.w.is_contiguous() || b.w.dtype != a.w.dtype || b.cols() != a.cols() ||
+        b.scale.empty() != a.scale.empty() || b.w.device != Device::cpu) {
+      return false;
+    }
+    if (!a.scale.empty()) {
+      if (b.scale.dtype != a.scale.dtype || !b.scale.is_contiguous() ||
+          b.block_rows != a.block_rows || b.block_cols != a.block_cols ||
+          b.scale.shape[1] != a.scale.shape[1] ||
+          (i + 1 < parts.size() && b.rows() % b.block_rows != 0)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Copies `parts` (host) into one device matrix [sum of rows, cols]; each part becomes a view of
+// its rows, and the stacked matrix is returned (empty when the parts cannot be stacked).
+Weight stack_on_device(const std::vector<Weight*>& parts, Device device,
+                       std::vector<std::shared_ptr<void>>& owned) {
+  if (!can_stack(parts)) return {};
+  auto place = [&](auto member) {
+    size_t bytes = 0;
+    int64_t rows = 0;
+    for (Weight* p : parts) {
+      bytes += (p->*member).nbytes();
+      rows += (p->*member).shape[0];
+    }
+    auto buf = std::make_shared<Buffer>(bytes, device);
+    size_t at = 0;
+    for (Weight* p : parts) {
+      Tensor& t = p->*member;
+      copy_bytes(static_cast<char*>(buf->data()) + at, device, t.data, Device::cpu, t.nbytes());
+      t.data = static_cast<char*>(buf->data()) + at;
+      t.device = device;
+      at += t.nbytes();
+    }
+    Tensor whole = parts[0]->*member;
+    whole.shape[0] = rows;
+    whole.data = buf->data();
+    owned.push_back(std::move(buf));
+    return whole;
+  };
+  Weight stacked = *parts[0];
+  stacked.w = place(&Weight::w);
+  if (!parts[0]->scale.empty()) stacked.scale = place(&Weight::scale);
+  return stacked;
+}
+}  // namespace
+
 void move_weights(ModelWeights& w, Device device) {
   if (device == Device::cpu) return;
   // (host pointer, bytes) -> device copy, so views of the same bytes (tied embeddings) share it.
@@ -331,8 +388,21 @@ void move_weights(ModelWeights& w, Device device) {
   for (Tensor* t : {&w.embed.w, &w.embed.scale, &w.lm_head.w, &w.lm_head.scale, &w.final_norm}) {
     move(*t);
   }
-  for (LayerWeights& l : w.layers) for_each_layer_tensor(l, move);
+  // Projections that read the same input are stacked, so one launch streams them all: q, k, v
+  // of attention layers, gate and up of MLPs (and of the shared expert).
+  auto stack = [&](LayerWeights& l) {
+    if (l.mixer == MixerKind::attention) {
+      l.attn.qkv = stack_on_device({&l.attn.q, &l.attn.k, &l.attn.v}, device, owned);
+    }
+    l.mlp.gate_up = stack_on_device({&l.mlp.gate, &l.mlp.up}, device, owned);
+    l.moe.shared.gate_up = stack_on_device({&l.moe.shared.gate, &l.moe.shared.up}, device, owned);
+  };
+  for (LayerWeights& l : w.layers) {
+    stack(l);
+    for_each_layer_tensor(l, move);
+  }
   if (w.mtp) {
+    stack(w.mtp->layer);
     for (Tensor* t : {&w.mtp->fc.w, &w.mtp->fc.scale, &w.mtp->pre_fc_norm_embedding,
                       &w.mtp->pre_fc_norm_hidden, &w.mtp->norm}) {
       move(*t);

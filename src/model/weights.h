@@ -17,6 +17,7 @@ class Checkpoint;
 
 struct AttentionWeights {
   Weight q, k, v, o;  // q has 2 * head_dim rows per head when the output is gated
+  Weight qkv;         // [q ; k ; v] stacked on a GPU (q, k, v are then views of it); else empty
   Tensor q_norm, k_norm;
   Tensor q_gate_split;  // i32 column map [q of all heads | gate of all heads] (gated only)
 };
@@ -35,6 +36,7 @@ struct DeltaNetWeights {
 
 struct MlpWeights {
   Weight gate, up, down;
+  Weight gate_up;  // [gate ; up] stacked on a GPU (gate, up are then views of it); else empty
 };
 
 struct MoeWeights {
@@ -109,7 +111,9 @@ Weight quantize_fp8(const Weight& w, std::vector<std::shared_ptr<void>>& owned);
 void quantize_weights_fp8(ModelWeights& weights);
 
 // Copies every tensor to `device` (tied embeddings stay shared) and drops the host copies and
-// the checkpoint mapping. Weights already there are left alone.
+// the checkpoint mapping. Weights already there are left alone. Projections that read the same
+// input (q/k/v, gate/up) are stacked into one matrix there (AttentionWeights::qkv,
+// MlpWeights::gate_up), so that one launch streams them.
 void move_weights(ModelWeights& weights, Device device);
 
 // Random weights of the config's shapes in `dtype` (bf16, f16, f32, or fp8 with 128x128 block

@@ -92,7 +92,9 @@ TestWeight make_weight(CudaOps& t, DType dtype, int64_t N, int64_t K, uint32_t s
 }
 
 TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
-  const int64_t N = 600, K = 3072, M = 70;  // K gives several splits; M > 32 runs them serially
+  // K gives several splits; M > 64 runs them serially in the tensor-core kernel, M > 32 in the
+  // SIMT one.
+  const int64_t N = 600, K = 3072, M = 300;
   auto x = randn(M * K, 7);
   for (DType dtype : {DType::f32, DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -104,7 +106,7 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
     gpu->matmul(xd, w.dev, full);
     std::vector<float> all = download(full);
     EXPECT_LT(max_abs_diff(all, ref), 1e-4f);
-    for (int64_t m : {1, 3, 8, 20, 33}) {
+    for (int64_t m : {1, 3, 8, 20, 33, 70}) {
       Tensor part = device_f32(m, N);
       gpu->matmul(xd.slice_rows(0, m), w.dev, part);
       std::vector<float> got = download(part);
@@ -114,19 +116,27 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
   }
 }
 
-// 140-byte bf16 rows take the unvectorised load path; fp8 rows of 200 end inside a stage, past
-// which no scale may be read (compute-sanitizer checks that).
+// 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
+// past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
+// of 208 take the tensor-core path and end inside its 32- / 64-element chunk.
 TEST_F(CudaOps, MatmulUnalignedShapesMatchCpu) {
-  for (auto [dtype, K] : {std::pair{DType::bf16, int64_t{70}}, {DType::f8_e4m3, int64_t{200}}}) {
-    SCOPED_TRACE(dtype_name(dtype));
+  for (auto [dtype, K] : {std::pair{DType::bf16, int64_t{70}}, {DType::f8_e4m3, int64_t{200}},
+                          {DType::bf16, int64_t{72}}, {DType::f8_e4m3, int64_t{208}}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " K=" + std::to_string(K));
     const int64_t N = 37, M = 5;
     auto x = randn(M * K, 3);
     TestWeight w = make_weight(*this, dtype, N, K, 4);
     std::vector<float> ref(M * N);
     cpu->matmul(Tensor(x.data(), DType::f32, {M, K}), w.host, Tensor(ref.data(), DType::f32, {M, N}));
+    Tensor xd = upload(x.data(), DType::f32, {M, K});
     Tensor out = device_f32(M, N);
-    gpu->matmul(upload(x.data(), DType::f32, {M, K}), w.dev, out);
-    EXPECT_LT(max_abs_diff(download(out), ref), 1e-5f);
+    gpu->matmul(xd, w.dev, out);
+    std::vector<float> all = download(out);
+    EXPECT_LT(max_abs_diff(all, ref), 1e-5f);
+    Tensor one = device_f32(1, N);
+    gpu->matmul(xd.slice_rows(M - 1, M), w.dev, one);
+    std::vector<float> alone = download(one);
+    EXPECT_EQ(std::memcmp(alone.data(), all.data() + (M - 1) * N, N * sizeof(float)), 0);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <numeric>
 
 #include "state/state_pool.h"
@@ -108,9 +109,10 @@ TEST_P(BatchInvariance, AlignedSplitsMatchOnePass) {
   StatePool pool(model->state_spec(), 64, 16, 2);
   auto t = tokens_for(200, 4, V);
   auto one = run_split(*model, pool, t, {200}, GdnMode::aligned_chunks);
-  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {64, 128, 8}, GdnMode::aligned_chunks)));
-  EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {128, 64, 1, 1, 1, 1, 1, 1, 1, 1},
-                                           GdnMode::aligned_chunks)));
+  EXPECT_TRUE(
+      bit_identical(one, run_split(*model, pool, t, {64, 128, 8}, GdnMode::aligned_chunks)));
+  EXPECT_TRUE(bit_identical(
+      one, run_split(*model, pool, t, {128, 64, 1, 1, 1, 1, 1, 1, 1, 1}, GdnMode::aligned_chunks)));
 }
 
 TEST_P(BatchInvariance, AnySplitMatchesInRecurrentMode) {
@@ -166,9 +168,62 @@ TEST_P(BatchInvariance, SnapshotsResumeAnyPosition) {
     d.pages = seq.pages();
     d.slot = seq.slot();
     model->forward(std::span<const SequenceInput>(&d, 1), pool.views(), fo, out);
-    EXPECT_EQ(std::memcmp(out.last(0), ref.data() + p * V, V * sizeof(float)), 0) << "position " << p;
+    EXPECT_EQ(std::memcmp(out.last(0), ref.data() + p * V, V * sizeof(float)), 0)
+        << "position " << p;
   }
   for (int32_t s : snaps) pool.free_slot(s);
+}
+
+// Decode steps where every sequence brings one token are recorded once per batch bucket and
+// replayed on GPUs (a batch of 3 is padded to 4); asking for all logits rows runs the same
+// steps op by op. Both must give the same bits, step after step, also after the batch shrinks
+// (padding rows must not have written any sequence's state).
+// A second state pool (of another size) must not replay recordings made on the first.
+TEST_P(BatchInvariance, DecodeStepsReplayedAsGraphsMatchOpByOp) {
+  const int64_t V = model->config().vocab_size;
+  for (int64_t pages : {32, 48}) {
+    SCOPED_TRACE(std::to_string(pages) + " pages");
+    StatePool pool(model->state_spec(), 64, pages, 8);
+    const int64_t lens[3] = {70, 5, 33}, steps = 12;
+    auto run = [&](LogitsMode mode) {
+      std::vector<float> logits;
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      std::vector<std::vector<int32_t>> toks;
+      for (int i = 0; i < 3; ++i) {
+        toks.push_back(tokens_for(lens[i] + steps, 20 + i, V));
+        seqs.push_back(std::make_unique<SequenceState>(pool));
+        seqs[i]->reserve(lens[i] + steps);
+        SequenceInput pre;
+        pre.tokens = std::span<const int32_t>(toks[i].data(), lens[i]);
+        pre.pages = seqs[i]->pages();
+        pre.slot = seqs[i]->slot();
+        ForwardOutput o;
+        model->forward(std::span<const SequenceInput>(&pre, 1), pool.views(), {}, o);
+      }
+      for (int64_t step = 0; step < steps; ++step) {
+        const int n = step < 8 ? 3 : 2;
+        std::vector<SequenceInput> batch(n);
+        for (int i = 0; i < n; ++i) {
+          batch[i].tokens = std::span<const int32_t>(toks[i].data() + lens[i] + step, 1);
+          batch[i].start_pos = lens[i] + step;
+          batch[i].pages = seqs[i]->pages();
+          batch[i].slot = seqs[i]->slot();
+          batch[i].logits = mode;
+        }
+        ForwardOutput out;
+        model->forward(batch, pool.views(), {}, out);
+        for (int i = 0; i < n; ++i) logits.insert(logits.end(), out.last(i), out.last(i) + V);
+      }
+      return logits;
+    };
+    const int64_t replays_before = model->decode_graph_replays();
+    const std::vector<float> replayed = run(LogitsMode::last);
+    const std::vector<float> op_by_op = run(LogitsMode::all);
+    EXPECT_TRUE(bit_identical(replayed, op_by_op));
+    if (std::get<1>(GetParam()) == "cuda") {
+      EXPECT_GT(model->decode_graph_replays(), replays_before) << "no step was replayed";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance,

@@ -15,7 +15,7 @@ namespace hibana::cuda {
 
 namespace {
 
-constexpr int kSplit = 256;  // positions per split
+constexpr int kSplit = 128;  // positions per split
 constexpr int kTile = 32;    // keys per shared-memory tile
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 
@@ -25,7 +25,9 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * kv_heads * hd) return;
   const int64_t t = i / (kv_heads * hd), h = (i / hd) % kv_heads, d = i % hd;
-  const int64_t slot = slots[t], pg = slot / page, off = slot % page;
+  const int64_t slot = slots[t];
+  if (slot < 0) return;  // a padding row of a captured decode batch: nothing to store
+  const int64_t pg = slot / page, off = slot % page;
   const int64_t dst = ((pg * kv_heads + h) * page + off) * hd + d;
   kp[dst] = k[t * ldk + h * hd + d];
   vp[dst] = v[t * ldv + h * hd + d];
@@ -43,6 +45,7 @@ struct AttnParams {
   float scale;
   int64_t t_begin;  // first token of this launch
   int max_splits;
+  int stages;       // K/V tiles in flight: 2, or 1 where shared memory is short
   float* partial;   // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
 };
 
@@ -59,42 +62,58 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
 
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
-  // consecutive keys hit distinct banks.
+  // consecutive keys hit distinct banks. p.stages tiles of K and V are in flight (cp.async): the
+  // next tile loads while this one is used.
   extern __shared__ float sm[];
-  float* ks = sm;                          // [kTile][hd + 4]
-  float* vs = ks + kTile * (hd + 4);       // [kTile][hd]
-  float* qs = vs + kTile * hd;             // [group][hd]
+  const int64_t kstride = kTile * (hd + 4), vstride = kTile * hd;
+  float* ks = sm;                                // [stages][kTile][hd + 4]
+  float* vs = ks + p.stages * kstride;           // [stages][kTile][hd]
+  float* qs = vs + p.stages * vstride;           // [group][hd]
   for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
+
+  const int q4 = static_cast<int>(hd / 4);  // four values per copy (hd % 4 == 0, checked)
+  auto load_tile = [&](int64_t j0, int slot) {
+    float* kd = ks + slot * kstride;
+    float* vd = vs + slot * vstride;
+    for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
+      const int j = idx / q4, d = (idx % q4) * 4;
+      const int64_t pj = j0 + j;
+      const bool ok = pj < end;
+      const int64_t src =
+          ok ? ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d : 0;
+      cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
+      cp_async16(vd + j * hd + d, p.vp + src, ok);
+    }
+  };
 
   float acc[kMaxDimsPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
-  for (int64_t j0 = begin; j0 < end; j0 += kTile) {
-    __syncthreads();
-    // Four values per load (head_dim is a multiple of 4; checked at launch).
-    const int q4 = static_cast<int>(hd / 4);
-    for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
-      const int j = idx / q4, d = (idx % q4) * 4;
-      const int64_t pj = j0 + j;
-      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-      if (pj < end) {
-        const int64_t src = ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d;
-        kv = *reinterpret_cast<const float4*>(p.kp + src);
-        vv = *reinterpret_cast<const float4*>(p.vp + src);
-      }
-      *reinterpret_cast<float4*>(ks + j * (hd + 4) + d) = kv;
-      *reinterpret_cast<float4*>(vs + j * hd + d) = vv;
+  const int ntiles = static_cast<int>((end - begin + kTile - 1) / kTile);
+  load_tile(begin, 0);
+  cp_async_commit();
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t j0 = begin + static_cast<int64_t>(it) * kTile;
+    if (p.stages == 2 && it + 1 < ntiles) load_tile(j0 + kTile, (it + 1) & 1);
+    cp_async_commit();
+    if (p.stages == 2) {
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
+    const int slot = p.stages == 2 ? (it & 1) : 0;
+    const float* kt = ks + slot * kstride;
+    const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
     float s = -INFINITY;
     if (valid) {
       // Four independent sums (one per float4 lane), added at the end: a fixed order.
-      const float4* kr = reinterpret_cast<const float4*>(ks + lane * (hd + 4));
+      const float4* kr = reinterpret_cast<const float4*>(kt + lane * (hd + 4));
       const float4* qr = reinterpret_cast<const float4*>(qs + warp * hd);
       float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-      for (int64_t d = 0; d < hd / 4; ++d) {
+      for (int d = 0; d < q4; ++d) {
         const float4 a = qr[d], b = kr[d];
         d0 = fmaf(a.x, b.x, d0);
         d1 = fmaf(a.y, b.y, d1);
@@ -113,13 +132,15 @@ __global__ void attention_split_kernel(AttnParams p) {
     const int nvalid = static_cast<int>((end - j0 < kTile ? end - j0 : kTile));
     for (int j = 0; j < nvalid; ++j) {
       const float w = __shfl_sync(0xffffffffu, pj, j);
-      const float* vr = vs + j * hd;
+      const float* vr = vt + j * hd;
 #pragma unroll
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int64_t d = lane + 32 * i;
         if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
       }
     }
+    __syncthreads();  // the slot is refilled next
+    if (p.stages == 1 && it + 1 < ntiles) load_tile(j0 + kTile, 0);
   }
   float* out = p.partial +
                (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
@@ -194,13 +215,23 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
   const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);
-  const size_t smem = (kTile * (hd + 4) + kTile * hd + group * hd) * sizeof(float);
-  static bool attr_set = false;
-  if (!attr_set) {
+  // Two K/V tiles in flight where the GPU's shared memory allows (it does on sm_90 up to
+  // head_dim 256 with 16 query heads per KV head), one otherwise.
+  auto smem_for = [&](int stages) {
+    return (stages * kTile * (2 * hd + 4) + group * hd) * sizeof(float);
+  };
+  static const int smem_optin = [] {
+    int dev = 0, v = 0;
+    HIBANA_CUDA(cudaGetDevice(&dev));
+    HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     HIBANA_CUDA(cudaFuncSetAttribute(attention_split_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-    attr_set = true;
-  }
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    return v;
+  }();
+  const int stages = smem_for(2) <= static_cast<size_t>(smem_optin) ? 2 : 1;
+  const size_t smem = smem_for(stages);
+  check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
+        "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
   // Tokens per launch: bounded so the split partials stay under 256 MiB.
   const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
   const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>((size_t(256) << 20) / per_token), 1, T);
@@ -210,7 +241,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     AttnParams p{q.ptr<float>(), ld(q), k_pages.ptr<float>(), v_pages.ptr<float>(),
                  layout.positions.ptr<int32_t>(), layout.token_seq.ptr<int32_t>(),
                  layout.page_table.ptr<int32_t>(), layout.max_pages, page, kv_heads, heads, hd,
-                 scale, t0, max_splits, partial.as<float>()};
+                 scale, t0, max_splits, stages, partial.as<float>()};
     dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
               static_cast<unsigned>(max_splits));
     attention_split_kernel<<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(p);

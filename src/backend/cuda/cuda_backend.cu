@@ -26,6 +26,7 @@ void throw_cuda(cudaError_t e, const char* what) {
 
 namespace {
 cudaStream_t g_stream = nullptr;
+bool g_capturing = false;  // the stream is recording a graph: every allocation is stream-ordered
 }
 
 // A non-blocking stream of our own (not the legacy default stream), so that work can later be
@@ -51,8 +52,9 @@ class CudaMemory final : public DeviceMemory {
  public:
   void* allocate(size_t bytes) override {
     void* p = nullptr;
-    cudaError_t e = bytes >= kLargeAllocation ? cudaMalloc(&p, bytes)
-                                              : cudaMallocAsync(&p, bytes, stream());
+    cudaError_t e = bytes >= kLargeAllocation && !g_capturing
+                        ? cudaMalloc(&p, bytes)
+                        : cudaMallocAsync(&p, bytes, stream());
     if (e != cudaSuccess) {
       cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
       size_t free_b = 0, total = 0;
@@ -65,7 +67,7 @@ class CudaMemory final : public DeviceMemory {
     return p;
   }
   void release(void* p, size_t bytes) override {
-    if (bytes >= kLargeAllocation) {
+    if (bytes >= kLargeAllocation && !g_capturing) {
       cudaFree(p);
     } else {
       cudaFreeAsync(p, stream());
@@ -190,6 +192,38 @@ class CudaBackend final : public Backend {
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(cuda::stream())); }
   bool unified_memory() const override { return integrated_; }
   std::string timing_report() override { return timer_.on() ? timer_.report() : std::string(); }
+
+  // Timed ops record events, which a graph cannot replay; HIBANA_CUDA_GRAPHS=0 turns graphs off.
+  bool can_capture() const override {
+    static const bool off = [] {
+      const char* env = std::getenv("HIBANA_CUDA_GRAPHS");
+      return env && std::string(env) == "0";
+    }();
+    return !off && !timer_.on();
+  }
+  void begin_capture() override {
+    HIBANA_CUDA(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeRelaxed));
+    g_capturing = true;
+  }
+  std::shared_ptr<void> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(cuda::stream(), &graph);
+    g_capturing = false;
+    cudaGraphExec_t exec = nullptr;
+    if (e == cudaSuccess && graph) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess || !exec) {
+      cudaGetLastError();  // clear the failed capture's error state
+      log_warn("CUDA graph capture failed (", cudaGetErrorString(e), "); running ops one by one");
+      return nullptr;
+    }
+    return std::shared_ptr<void>(exec, [](void* x) {
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x));
+    });
+  }
+  void replay(const std::shared_ptr<void>& graph) override {
+    HIBANA_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), cuda::stream()));
+  }
 
   double copy_bandwidth() override {
     const size_t bytes = size_t(1) << 30;

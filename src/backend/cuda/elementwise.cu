@@ -160,12 +160,16 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
   for (int64_t e = lane; e < E; e += 32) p[e] /= sum;
   __syncwarp();
   float total = 0.0f;
+  // Probabilities are >= 0 and taken experts -2; a NaN probability (a token whose hidden state
+  // is not finite — e.g. a padding row of a recorded decode batch) counts as -1, so every round
+  // still picks a valid expert and no index is ever computed from a NaN.
   for (int j = 0; j < k; ++j) {
-    float best = -1.0f;
+    float best = -1.5f;
     int best_e = INT32_MAX;
     for (int64_t e = lane; e < E; e += 32) {
-      if (p[e] > best) {
-        best = p[e];
+      const float v = p[e] != p[e] ? -1.0f : p[e];
+      if (v > best) {
+        best = v;
         best_e = static_cast<int>(e);
       }
     }
@@ -178,6 +182,7 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
         best_e = oe;
       }
     }
+    best = fmaxf(best, 0.0f);
     if (lane == 0) {
       ids[t * k + j] = best_e;
       weights[t * k + j] = best;

@@ -23,6 +23,7 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= S * C) return;
   const int64_t s = i / C, c = i % C;
+  if (slots[s] < 0) return;  // a padding row of a captured decode batch: no state
   const int W = K - 1;
   float* st = states + (static_cast<int64_t>(slots[s]) * C + c) * W;
   float win[kMaxConvWindow];
@@ -91,6 +92,7 @@ struct RecParams {
 // CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows).
 __global__ void __launch_bounds__(kCols * kQuarters) recurrent_kernel(RecParams p) {
   const int64_t s = blockIdx.x, h = blockIdx.y;
+  if (p.slots[s] < 0) return;  // a padding row of a captured decode batch: no state
   const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
   const int64_t dk = p.dk, dv = p.dv, g = h / (p.nv / p.nk);

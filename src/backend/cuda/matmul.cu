@@ -1,5 +1,6 @@
-// out = x · wᵀ on CUDA, for weights in f32, bf16, f16 or fp8 (with block scales), and the MoE
-// experts as one grouped launch per projection.
+// out = x · wᵀ on CUDA with SIMT f32 arithmetic: the kernel for f32 and f16 weights and for
+// bf16 / fp8 rows that are not 16-byte aligned (matmul_mma.cu takes the other bf16 and fp8
+// weights on tensor cores; which family runs depends on the weight alone).
 //
 // Every output element is computed in one canonical order, whatever the batch: K is cut into
 // splits whose length depends only on the weight's shape; within a split, w[n,k] * x[m,k] is
@@ -17,12 +18,12 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/ops.h"
 #include "core/device_memory.h"
 
 namespace hibana::cuda {
-
+namespace mm {
 namespace {
 
 constexpr int kThreads = 128;
@@ -34,58 +35,6 @@ constexpr int kRowPitch = 144;  // padded pitch of a weight row in shared memory
 // tile is large.
 constexpr int stages_for(int tm, bool serial) { return serial ? 2 : tm <= 4 ? 4 : tm <= 16 ? 3 : 2; }
 constexpr int64_t kSplitQuantum = 128;  // split lengths are multiples of this (fp8 block size)
-
-// One weight matrix (or one expert's) as the kernel reads it.
-struct MatPtr {
-  const void* w;
-  const void* scale;  // null when unscaled
-};
-
-struct Params {
-  int64_t N, K;
-  int64_t ldw;           // weight row stride, elements
-  int scale_kind;        // 0 none, 1 f32, 2 bf16
-  int64_t scale_ld, block_rows, block_cols;
-  const float* x;
-  int64_t ldx;
-  float* out;
-  int64_t ldo;
-  int64_t M;             // rows of x (plain) or of out (grouped: tokens * k)
-  int64_t split_len;
-  int splits;
-  float* partial;        // [splits][M][N] for split-parallel launches with splits > 1
-  int* counters;         // per output tile: splits finished (the last one reduces, resets)
-  bool vec_w, vec_x;     // 16-byte loads allowed
-  // Plain launches read `single`; grouped launches read mats[group] and take their rows from
-  // group_rows[group_offset[g] .. group_offset[g + 1]): out row r, x row r / x_div.
-  MatPtr single;
-  const MatPtr* mats;
-  const int32_t* group_offset;
-  const int32_t* group_rows;
-  int x_div;
-};
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n, int64_t k) {
-  const int64_t i = (n / p.block_rows) * p.scale_ld + k / p.block_cols;
-  if (p.scale_kind == 1) return static_cast<const float*>(scale)[i];
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[i]);
-}
 
 // TM rows per thread, G row groups per CTA (so BN = 128 / G weight rows and BM = TM * G
 // activation rows), kSerial: all splits in this CTA.
@@ -114,7 +63,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   int64_t rows_here = p.M, row_base = 0;
   const int32_t* rows = nullptr;
   if constexpr (kGrouped) {
-    const int grp = blockIdx.z;
+    const int grp = group_of_slice(p);
+    if (grp < 0) return;
     mat = p.mats[grp];
     row_base = p.group_offset[grp];
     rows_here = p.group_offset[grp + 1] - row_base;
@@ -257,15 +207,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
       if (orow >= 0) p.partial[(static_cast<int64_t>(split0) * p.M + orow) * p.N + n] = acc[i];
     }
   }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
   const int64_t tile = (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
-  if (tid == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tid == 0) p.counters[tile] = 0;
+  if (!last_to_finish(p.counters + tile, p.splits)) return;
   if (n >= p.N) return;
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
@@ -276,6 +219,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
     p.out[orow * p.ldo + n] = t;
   }
 }
+
+}  // namespace
 
 // Zeroed tile counters for the split reductions, kept for the life of the program (each
 // reducing CTA leaves its counter at zero again).
@@ -291,6 +236,8 @@ int* tile_counters(size_t count) {
   }
   return static_cast<int*>(buf.data());
 }
+
+namespace {
 
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU, never
 // shorter than 512 elements, a multiple of kSplitQuantum. Depends on the shape only.
@@ -346,12 +293,14 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
   }
 }
 
-// Runs one (plain or grouped) product; `max_rows` bounds the rows of any group. Adds the
-// split reduction when the launch runs splits in parallel.
+}  // namespace
+
+// Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
   p.split_len = split_length(p.N, p.K);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
+  if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);
   const bool serial = pick_config(max_rows).serial;
   std::unique_ptr<Scratch> partial;
   if (!serial && p.splits > 1) {
@@ -408,89 +357,7 @@ void describe_x(const Tensor& x, Params& p) {
   p.vec_x = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && p.ldx % 4 == 0;
 }
 
-// Device copies of the pointer tables of each expert set, built on first use.
-struct ExpertTables {
-  std::vector<const void*> key;  // every expert matrix pointer, to detect a reused address
-  Buffer gate, up, down;         // MatPtr[E] each
-};
-std::mutex g_tables_mutex;
-std::unordered_map<const void*, std::unique_ptr<ExpertTables>> g_tables;
-
-Buffer upload_table(const std::vector<Weight>& ws) {
-  std::vector<MatPtr> host(ws.size());
-  for (size_t e = 0; e < ws.size(); ++e) {
-    host[e].w = ws[e].w.data;
-    host[e].scale = ws[e].scale.empty() ? nullptr : ws[e].scale.data;
-    check(ws[e].w.dtype == ws[0].w.dtype && ws[e].w.stride[0] == ws[0].w.stride[0] &&
-              ws[e].rows() == ws[0].rows() && ws[e].cols() == ws[0].cols() &&
-              ws[e].scale.empty() == ws[0].scale.empty(),
-          ErrorKind::unsupported, "CUDA MoE: experts differ in dtype or shape");
-  }
-  Buffer b(host.size() * sizeof(MatPtr), Device::cuda);
-  copy_bytes(b.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(MatPtr));
-  return b;
-}
-
-const ExpertTables& tables_for(const ExpertWeights& ex) {
-  std::vector<const void*> key;
-  for (const std::vector<Weight>* list : {&ex.gate, &ex.up, &ex.down}) {
-    for (const Weight& w : *list) {
-      key.push_back(w.w.data);
-      key.push_back(w.scale.data);
-    }
-  }
-  std::lock_guard<std::mutex> lock(g_tables_mutex);
-  auto& slot = g_tables[ex.gate[0].w.data];
-  if (!slot || slot->key != key) {
-    slot = std::make_unique<ExpertTables>();
-    slot->key = std::move(key);
-    slot->gate = upload_table(ex.gate);
-    slot->up = upload_table(ex.up);
-    slot->down = upload_table(ex.down);
-  }
-  return *slot;
-}
-
-// Groups the T*k (token, slot) pairs by expert: offsets [E + 1] and rows (pair indices).
-__global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
-                                       int32_t* rows) {
-  extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
-  int32_t* cursor = counts + E;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int e = ids[i];
-    if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t run = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = run;
-      cursor[e] = run;
-      run += counts[e];
-    }
-    offsets[E] = run;
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int e = ids[i];
-    if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
-  }
-}
-
-// out[t] = sum_j weights[t, j] * y[t * k + j], j ascending.
-__global__ void moe_combine_kernel(const float* y, const float* weights, int64_t T, int k,
-                                   int64_t H, float* out, int64_t ldo) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * H) return;
-  const int64_t t = i / H, c = i % H;
-  float acc = 0.0f;
-  for (int j = 0; j < k; ++j) acc = fmaf(weights[t * k + j], y[(t * k + j) * H + c], acc);
-  out[t * ldo + c] = acc;
-}
-
-}  // namespace
+}  // namespace mm
 
 void matmul(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0];
@@ -498,58 +365,14 @@ void matmul(const Tensor& x, const Weight& w, Tensor out) {
         "matmul: x is " + x.shape_string() + " but the weight is " + w.w.shape_string());
   check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
         "matmul: output is " + out.shape_string());
-  Params p{};
-  describe_weight(w, p);
-  describe_x(x, p);
+  mm::Params p{};
+  mm::describe_weight(w, p);
+  mm::describe_x(x, p);
   p.out = out.ptr<float>();
   p.ldo = out.stride[0];
   p.M = m;
-  p.single = MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
-  run(p, elt_of(w.w.dtype), false, m, 1);
-}
-
-void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out) {
-  const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
-  const int E = static_cast<int>(experts.gate.size());
-  if (T == 0) return;
-  check(E > 0 && experts.up.size() == experts.gate.size() &&
-            experts.down.size() == experts.gate.size(),
-        ErrorKind::internal, "moe: expert lists differ in length");
-  const int64_t I = experts.gate[0].rows(), pairs = T * k;
-  const ExpertTables& tab = tables_for(experts);
-
-  Scratch offsets((E + 1) * sizeof(int32_t)), rows(pairs * sizeof(int32_t));
-  group_by_expert_kernel<<<1, 1024, 2 * E * sizeof(int32_t), stream()>>>(
-      ids.ptr<int32_t>(), pairs, E, offsets.as<int32_t>(), rows.as<int32_t>());
-  launched("group_by_expert_kernel");
-
-  Scratch gate(pairs * I * sizeof(float)), up(pairs * I * sizeof(float)),
-      y(pairs * H * sizeof(float));
-  Tensor gt(gate.as<float>(), DType::f32, {pairs, I}, Device::cuda);
-  Tensor ut(up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
-  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst) {
-    Params p{};
-    describe_weight(w0, p);
-    describe_x(in, p);
-    p.out = dst;
-    p.ldo = p.N;
-    p.M = pairs;
-    p.mats = static_cast<const MatPtr*>(table.data());
-    p.group_offset = offsets.as<int32_t>();
-    p.group_rows = rows.as<int32_t>();
-    p.x_div = x_div;
-    // An expert serves each token at most once, so no group has more than T rows.
-    run(p, elt_of(w0.w.dtype), true, T, E);
-  };
-  grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gate.as<float>());
-  grouped(experts.up[0], tab.up, x, static_cast<int>(k), up.as<float>());
-  silu_mul(gt, ut, gt);
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>());
-  moe_combine_kernel<<<blocks_for(T * H, 256), 256, 0, stream()>>>(
-      y.as<float>(), weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(),
-      ld(out));
-  launched("moe_combine_kernel");
+  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
+  mm::run(p, elt_of(w.w.dtype), false, m, 1);
 }
 
 }  // namespace hibana::cuda

@@ -1,0 +1,88 @@
+// Private to the CUDA matmul files (matmul.cu: SIMT kernel and dispatch, matmul_mma.cu: tensor
+// cores, moe.cu: grouped experts). What one product needs, whichever kernel runs it.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+
+namespace hibana::cuda::mm {
+
+// One weight matrix (or one expert's) as the kernels read it.
+struct MatPtr {
+  const void* w;
+  const void* scale;  // null when unscaled
+};
+
+struct Params {
+  int64_t N, K;
+  int64_t ldw;           // weight row stride, elements
+  int scale_kind;        // 0 none, 1 f32, 2 bf16
+  int64_t scale_ld, block_rows, block_cols;
+  const float* x;
+  int64_t ldx;
+  float* out;
+  int64_t ldo;
+  int64_t M;             // rows of x (plain) or of out (grouped: tokens * k)
+  int64_t split_len;
+  int splits;
+  float* partial;        // [splits][M][N] for split-parallel launches with splits > 1
+  int* counters;         // per output tile: splits finished (the last one reduces, resets)
+  bool vec_w, vec_x;     // 16-byte loads allowed
+  // Plain launches read `single`; grouped launches read mats[group] and take their rows from
+  // group_rows[group_offset[g] .. group_offset[g + 1]): out row r, x row r / x_div.
+  MatPtr single;
+  const MatPtr* mats;
+  const int32_t* group_offset;
+  const int32_t* group_rows;
+  int x_div;
+  // Grouped launches run one grid slice per non-empty group: slice z serves group active[z],
+  // slices past *n_active have nothing to do.
+  const int32_t* active;
+  const int32_t* n_active;
+};
+
+// The group a grouped launch's slice serves, or -1.
+__device__ __forceinline__ int group_of_slice(const Params& p) {
+  const int z = blockIdx.z;
+  return z < *p.n_active ? p.active[z] : -1;
+}
+
+__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n, int64_t k) {
+  const int64_t i = (n / p.block_rows) * p.scale_ld + k / p.block_cols;
+  if (p.scale_kind == 1) return static_cast<const float*>(scale)[i];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[i]);
+}
+
+// Split-parallel launches: after every thread of the CTA has stored its partial sums, true in
+// the CTA that finished its tile last, which then adds the tile's splits in split order (and
+// leaves the counter at zero for the next launch).
+__device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;
+  return true;
+}
+
+// Zeroed per-tile counters for the split reductions (each reducing CTA resets its own).
+int* tile_counters(size_t count);
+
+// Fills the weight / activation fields of p.
+void describe_weight(const Weight& w, Params& p);
+void describe_x(const Tensor& x, Params& p);
+
+// Runs one (plain or grouped) product; `max_rows` bounds the rows of any group. Chooses the
+// kernel family from the weight alone (never from the batch), so a row's bits do not depend on
+// the batch it is in.
+void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
+
+// Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
+bool mma_supports(const Params& p, Elt elt);
+void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
+
+}  // namespace hibana::cuda::mm

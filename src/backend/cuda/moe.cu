@@ -1,0 +1,161 @@
+// The MoE experts on CUDA: tokens grouped by expert on the GPU, then one grouped matmul launch
+// per projection (each expert's weights read once per pass, whatever the number of tokens it
+// serves), SiLU-gating, and the weighted combine of each token's k expert outputs.
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/ops.h"
+#include "core/device_memory.h"
+
+namespace hibana::cuda {
+
+namespace {
+
+using mm::MatPtr;
+using mm::Params;
+
+// Device copies of the pointer tables of each expert set, built on first use.
+struct ExpertTables {
+  std::vector<const void*> key;  // identifies the expert set (see tables_for)
+  Buffer gate, up, down;         // MatPtr[E] each
+};
+std::mutex g_tables_mutex;
+std::unordered_map<const void*, std::unique_ptr<ExpertTables>> g_tables;
+
+Buffer upload_table(const std::vector<Weight>& ws) {
+  std::vector<MatPtr> host(ws.size());
+  for (size_t e = 0; e < ws.size(); ++e) {
+    host[e].w = ws[e].w.data;
+    host[e].scale = ws[e].scale.empty() ? nullptr : ws[e].scale.data;
+    check(ws[e].w.dtype == ws[0].w.dtype && ws[e].w.stride[0] == ws[0].w.stride[0] &&
+              ws[e].rows() == ws[0].rows() && ws[e].cols() == ws[0].cols() &&
+              ws[e].scale.empty() == ws[0].scale.empty(),
+          ErrorKind::unsupported, "CUDA MoE: experts differ in dtype or shape");
+  }
+  Buffer b(host.size() * sizeof(MatPtr), Device::cuda);
+  copy_bytes(b.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(MatPtr));
+  return b;
+}
+
+// Weights never move after loading, so the first and last matrix of each list (and the count)
+// identify an expert set cheaply; this runs on every MoE call.
+const ExpertTables& tables_for(const ExpertWeights& ex) {
+  std::vector<const void*> key;
+  for (const std::vector<Weight>* list : {&ex.gate, &ex.up, &ex.down}) {
+    for (const Weight* w : {&list->front(), &list->back()}) {
+      key.push_back(w->w.data);
+      key.push_back(w->scale.data);
+    }
+    key.push_back(reinterpret_cast<const void*>(list->size()));
+  }
+  std::lock_guard<std::mutex> lock(g_tables_mutex);
+  auto& slot = g_tables[ex.gate[0].w.data];
+  if (!slot || slot->key != key) {
+    slot = std::make_unique<ExpertTables>();
+    slot->key = std::move(key);
+    slot->gate = upload_table(ex.gate);
+    slot->up = upload_table(ex.up);
+    slot->down = upload_table(ex.down);
+  }
+  return *slot;
+}
+
+// Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), and the
+// experts that got any, ascending (active[0 .. *n_active)).
+__global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
+                                       int32_t* rows, int32_t* active, int32_t* n_active) {
+  extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
+  int32_t* cursor = counts + E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t run = 0, used = 0;
+    for (int e = 0; e < E; ++e) {
+      offsets[e] = run;
+      cursor[e] = run;
+      run += counts[e];
+      if (counts[e] > 0) active[used++] = e;
+    }
+    offsets[E] = run;
+    *n_active = used;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
+  }
+}
+
+// out[t] = sum_j weights[t, j] * y[t * k + j], j ascending.
+__global__ void moe_combine_kernel(const float* y, const float* weights, int64_t T, int k,
+                                   int64_t H, float* out, int64_t ldo) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * H) return;
+  const int64_t t = i / H, c = i % H;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) acc = fmaf(weights[t * k + j], y[(t * k + j) * H + c], acc);
+  out[t * ldo + c] = acc;
+}
+
+}  // namespace
+
+void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts, Tensor out) {
+  const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
+  const int E = static_cast<int>(experts.gate.size());
+  if (T == 0) return;
+  check(E > 0 && experts.up.size() == experts.gate.size() &&
+            experts.down.size() == experts.gate.size(),
+        ErrorKind::internal, "moe: expert lists differ in length");
+  const int64_t I = experts.gate[0].rows(), pairs = T * k;
+  const ExpertTables& tab = tables_for(experts);
+
+  // At most min(E, T * k) experts are used: the grouped launches have that many slices.
+  const int slices = static_cast<int>(std::min<int64_t>(E, pairs));
+  Scratch offsets((E + 1) * sizeof(int32_t)), rows(pairs * sizeof(int32_t)),
+      active((E + 1) * sizeof(int32_t));
+  int32_t* n_active = active.as<int32_t>() + E;
+  group_by_expert_kernel<<<1, 1024, 2 * E * sizeof(int32_t), stream()>>>(
+      ids.ptr<int32_t>(), pairs, E, offsets.as<int32_t>(), rows.as<int32_t>(),
+      active.as<int32_t>(), n_active);
+  launched("group_by_expert_kernel");
+
+  Scratch gate(pairs * I * sizeof(float)), up(pairs * I * sizeof(float)),
+      y(pairs * H * sizeof(float));
+  Tensor gt(gate.as<float>(), DType::f32, {pairs, I}, Device::cuda);
+  Tensor ut(up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
+  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst) {
+    Params p{};
+    mm::describe_weight(w0, p);
+    mm::describe_x(in, p);
+    p.out = dst;
+    p.ldo = p.N;
+    p.M = pairs;
+    p.mats = static_cast<const MatPtr*>(table.data());
+    p.group_offset = offsets.as<int32_t>();
+    p.group_rows = rows.as<int32_t>();
+    p.x_div = x_div;
+    p.active = active.as<int32_t>();
+    p.n_active = n_active;
+    // An expert serves each token at most once, so no group has more than T rows.
+    mm::run(p, elt_of(w0.w.dtype), true, T, slices);
+  };
+  grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gate.as<float>());
+  grouped(experts.up[0], tab.up, x, static_cast<int>(k), up.as<float>());
+  silu_mul(gt, ut, gt);
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>());
+  moe_combine_kernel<<<blocks_for(T * H, 256), 256, 0, stream()>>>(
+      y.as<float>(), weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(),
+      ld(out));
+  launched("moe_combine_kernel");
+}
+
+}  // namespace hibana::cuda

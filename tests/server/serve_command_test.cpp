@@ -7,9 +7,12 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "server/auth.h"
 #include "server/byte_size.h"
@@ -178,6 +181,82 @@ TEST(ServeCommand, ServesAHubModelByName) {
   EXPECT_EQ(chat->status, 200) << chat->body;
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait(), 0) << p.log();
+}
+
+// A serving process killed (SIGKILL) at random points while a device pool of a few pages makes
+// every turn spill state to its cache directory: a server started afterwards on that directory
+// restores state from it and answers every conversation exactly as a server without a prefix
+// cache does.
+TEST(ServeCommand, KillNineWhileSpillingNeverRestoresWrongState) {
+  TempDir cache;
+  auto args = [](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--port",          "0",    "--max-seqs", "2",
+                                  "--kv-cache-size", "4MiB", "--exact"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  // Conversation i after `turns` turns: its history, then a new user message.
+  auto conversation = [](int i, int turns) {
+    json messages = json::array();
+    for (int t = 0; t <= turns; ++t) {
+      std::string text = "Agent " + std::to_string(i) + " turn " + std::to_string(t) + ":";
+      for (int w = 0; w < 60; ++w) text += " item" + std::to_string((w * 13 + i * 7 + t) % 89);
+      messages.push_back({{"role", "user"}, {"content", text}});
+      if (t < turns) messages.push_back({{"role", "assistant"}, {"content", "Noted."}});
+    }
+    return json{
+        {"model", "hibana-tiny"}, {"messages", messages}, {"max_tokens", 6}, {"temperature", 0}};
+  };
+  auto ask = [](int port, const json& body) -> std::string {
+    auto c = client(port);
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    if (!r || r->status != 200) return "<no answer>";
+    return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+  };
+  auto ready = [](int port) {
+    auto c = client(port);
+    return eventually(
+        [&] {
+          auto r = c.Get("/health");
+          return r && r->status == 200;
+        },
+        std::chrono::seconds(60));
+  };
+  for (int round = 0; round < 4; ++round) {
+    ServeProcess p(args({"--cache-dir", cache.path()}));
+    const int port = p.port();
+    ASSERT_GT(port, 0) << p.log();
+    ASSERT_TRUE(ready(port)) << p.log();
+    std::atomic<bool> stop{false};
+    std::thread agents([&] {
+      for (int k = 0; !stop; ++k) ask(port, conversation(k % 4, std::min(3, round + k / 4)));
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(700 + 450 * round));
+    p.signal(SIGKILL);
+    stop = true;
+    agents.join();
+    EXPECT_EQ(p.wait(), -1) << "round " << round;
+  }
+  ServeProcess cached(args({"--cache-dir", cache.path()}));
+  ServeProcess plain(args({"--no-prefix-cache"}));
+  const int cached_port = cached.port(), plain_port = plain.port();
+  ASSERT_TRUE(ready(cached_port)) << cached.log();
+  ASSERT_TRUE(ready(plain_port)) << plain.log();
+  for (int turns = 0; turns < 4; ++turns) {
+    for (int i = 0; i < 4; ++i) {
+      const std::string want = ask(plain_port, conversation(i, turns));
+      ASSERT_NE(want, "<no answer>") << plain.log();
+      EXPECT_EQ(ask(cached_port, conversation(i, turns)), want)
+          << "conversation " << i << " after " << turns << " turns";
+    }
+  }
+  auto m = client(cached_port).Get("/metrics");
+  ASSERT_TRUE(m);
+  std::smatch hit;
+  ASSERT_TRUE(std::regex_search(
+      m->body, hit,
+      std::regex("hibana_prefix_cache_ssd_hit_tokens_total(\\{[^}]*\\})? ([0-9.e+]+)")));
+  EXPECT_GT(std::stod(hit[2]), 0.0) << "nothing was restored from the cache directory";
 }
 
 TEST(ServeCommand, RefusesAnExposedAddressWithoutAKey) {

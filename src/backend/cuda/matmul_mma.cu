@@ -21,7 +21,6 @@
 // this one is multiplied. Within an mma the k positions of the A fragment are permuted so that
 // those 16 bytes are the lane's own fragment elements; the B fragment uses the same permutation,
 // which is a float4 of the lane's token.
-#include <algorithm>
 #include <memory>
 
 #include "backend/cuda/matmul_impl.h"

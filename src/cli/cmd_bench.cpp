@@ -106,11 +106,13 @@ int run_decode(const BenchArgs& a) {
       }
       model->forward(in, pool.views(), ForwardOptions{}, out);
     };
-    step(a.context);  // warm-up
+    step(a.context);  // warm-up (on a GPU it also records the step's graph)
     model->backend().timing_report();  // forget the warm-up's op times
+    const int64_t replays_before = model->decode_graph_replays();
     auto t0 = Clock::now();
     for (int64_t s = 0; s < a.steps; ++s) step(a.context + 1 + s);
     const double per_step = seconds_since(t0) / static_cast<double>(a.steps);
+    const int64_t replayed = model->decode_graph_replays() - replays_before;
     const std::string timing = model->backend().timing_report();
     const double bytes = weight_bytes_per_step(*model, batch) +
                          static_cast<double>(batch) *
@@ -121,6 +123,10 @@ int run_decode(const BenchArgs& a) {
     std::printf("%6d %8lld %12.1f %14.3f %12.4f %9.1f%%\n", batch,
                 static_cast<long long>(a.context), batch / per_step, per_step * 1e3, bytes / 1e9,
                 100.0 * roofline);
+    if (replayed > 0) {
+      std::printf("  %lld of %lld steps replayed as a CUDA graph\n", static_cast<long long>(replayed),
+                  static_cast<long long>(a.steps));
+    }
     if (!timing.empty()) {
       std::printf("  GPU time per op over %lld steps (HIBANA_CUDA_TIMING):\n%s",
                   static_cast<long long>(a.steps), timing.c_str());

@@ -213,6 +213,14 @@ TEST(ServeCommand, KillNineWhileSpillingNeverRestoresWrongState) {
     if (!r || r->status != 200) return "<no answer>";
     return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
   };
+  auto metric = [](int port, const std::string& name) {
+    auto m = client(port).Get("/metrics");
+    std::smatch v;
+    if (!m || !std::regex_search(m->body, v, std::regex(name + "(\\{[^}]*\\})? ([0-9.e+]+)"))) {
+      return -1.0;
+    }
+    return std::stod(v[2]);
+  };
   auto ready = [](int port) {
     auto c = client(port);
     return eventually(
@@ -227,9 +235,16 @@ TEST(ServeCommand, KillNineWhileSpillingNeverRestoresWrongState) {
     const int port = p.port();
     ASSERT_GT(port, 0) << p.log();
     ASSERT_TRUE(ready(port)) << p.log();
+    // Each round has four new conversations that together need more than the pool: new state
+    // is spilled in every round, whatever the timing of the kill below.
+    const int first = 4 * round;
+    for (int i = first; i < first + 4; ++i) {
+      ASSERT_NE(ask(port, conversation(i, 3)), "<no answer>") << p.log();
+    }
+    EXPECT_GT(metric(port, "hibana_ssd_spilled_bytes_total"), 0.0) << "round " << round;
     std::atomic<bool> stop{false};
     std::thread agents([&] {
-      for (int k = 0; !stop; ++k) ask(port, conversation(k % 4, std::min(3, round + k / 4)));
+      for (int k = 0; !stop; ++k) ask(port, conversation(first + k % 4, std::min(3, k / 4)));
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(700 + 450 * round));
     p.signal(SIGKILL);
@@ -243,20 +258,15 @@ TEST(ServeCommand, KillNineWhileSpillingNeverRestoresWrongState) {
   ASSERT_TRUE(ready(cached_port)) << cached.log();
   ASSERT_TRUE(ready(plain_port)) << plain.log();
   for (int turns = 0; turns < 4; ++turns) {
-    for (int i = 0; i < 4; ++i) {
+    for (int i : {0, 5, 10, 15}) {  // a conversation of each round
       const std::string want = ask(plain_port, conversation(i, turns));
       ASSERT_NE(want, "<no answer>") << plain.log();
       EXPECT_EQ(ask(cached_port, conversation(i, turns)), want)
           << "conversation " << i << " after " << turns << " turns";
     }
   }
-  auto m = client(cached_port).Get("/metrics");
-  ASSERT_TRUE(m);
-  std::smatch hit;
-  ASSERT_TRUE(std::regex_search(
-      m->body, hit,
-      std::regex("hibana_prefix_cache_ssd_hit_tokens_total(\\{[^}]*\\})? ([0-9.e+]+)")));
-  EXPECT_GT(std::stod(hit[2]), 0.0) << "nothing was restored from the cache directory";
+  EXPECT_GT(metric(cached_port, "hibana_prefix_cache_ssd_hit_tokens_total"), 0.0)
+      << "nothing was restored from the cache directory";
 }
 
 TEST(ServeCommand, RefusesAnExposedAddressWithoutAKey) {

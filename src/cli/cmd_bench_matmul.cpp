@@ -99,13 +99,12 @@ int run_matmul(const MatmulArgs& a) {
     check(std::sscanf(shape.c_str(), "%ldx%ld", &N, &K) == 2 && N > 0 && K > 0,
           ErrorKind::invalid_argument, "shapes are NxK, e.g. 4096x4096, not '" + shape + "'");
     std::vector<Buffer> keep;
-    std::vector<Weight> copies;
-    const int64_t bytes_one = N * K * (a.dtype == "fp8" ? 1 : a.dtype == "f32" ? 4 : 2);
-    const int64_t n_copies = std::clamp<int64_t>((int64_t(256) << 20) / bytes_one + 1, 1, 16);
-    for (int64_t c = 0; c < n_copies; ++c) {
+    std::vector<Weight> copies = {random_weight(N, K, a.dtype, 1, dev, keep)};
+    const int64_t wbytes = static_cast<int64_t>(copies[0].nbytes());
+    const int64_t n_copies = std::clamp<int64_t>((int64_t(256) << 20) / wbytes + 1, 1, 16);
+    for (int64_t c = 1; c < n_copies; ++c) {
       copies.push_back(random_weight(N, K, a.dtype, static_cast<uint32_t>(c + 1), dev, keep));
     }
-    const int64_t wbytes = copies[0].nbytes();
     std::vector<float> xh(static_cast<size_t>(max_m * K));
     for (size_t i = 0; i < xh.size(); ++i)
       xh[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;

@@ -224,6 +224,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
 
 // Zeroed tile counters for the split reductions, kept for the life of the program (each
 // reducing CTA leaves its counter at zero again).
+namespace {
 int* tile_counters(size_t count) {
   static std::mutex m;
   static Buffer buf;
@@ -235,6 +236,16 @@ int* tile_counters(size_t count) {
     HIBANA_CUDA(cudaMemsetAsync(buf.data(), 0, want, stream()));
   }
   return static_cast<int*>(buf.data());
+}
+}  // namespace
+
+std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
+                                       int groups) {
+  auto partial = std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
+  p.partial = partial->as<float>();
+  p.counters = tile_counters(static_cast<size_t>(((p.N + bn - 1) / bn) *
+                                                 ((max_rows + bm - 1) / bm) * groups));
+  return partial;
 }
 
 namespace {
@@ -304,12 +315,8 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   const bool serial = pick_config(max_rows).serial;
   std::unique_ptr<Scratch> partial;
   if (!serial && p.splits > 1) {
-    partial = std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
-    p.partial = partial->as<float>();
     const Config c = pick_config(max_rows);
-    const int64_t bn = kThreads / c.g, bm = static_cast<int64_t>(c.tm) * c.g;
-    p.counters = tile_counters(static_cast<size_t>(((p.N + bn - 1) / bn) *
-                                                   ((max_rows + bm - 1) / bm) * groups));
+    partial = split_scratch(p, kThreads / c.g, static_cast<int64_t>(c.tm) * c.g, max_rows, groups);
   }
   auto go = [&](auto tag) {
     constexpr Elt E = decltype(tag)::value;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "backend/cuda/common.cuh"
 
@@ -69,8 +70,11 @@ __device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
   return true;
 }
 
-// Zeroed per-tile counters for the split reductions (each reducing CTA resets its own).
-int* tile_counters(size_t count);
+// For a split-parallel launch of tiles of `bn` weight rows x `bm` x rows: the partial sums
+// ([splits][M][N]) and the zeroed per-tile counters (each reducing CTA resets its own) that
+// p points at while the returned scratch lives.
+std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
+                                       int groups);
 
 // Fills the weight / activation fields of p.
 void describe_weight(const Weight& w, Params& p);

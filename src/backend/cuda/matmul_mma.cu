@@ -51,7 +51,7 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-  __trap();  // mma_supports() keeps older GPUs on the SIMT kernel
+  __trap();  // not reached: CudaBackend refuses GPUs below sm_80
 #endif
 }
 
@@ -339,21 +339,11 @@ void launch_elt(const Params& p, bool parallel, bool grouped, int64_t max_rows, 
   launch<E, 4, true>(p, grouped, m_tiles, groups);
 }
 
-bool gpu_has_mma() {
-  static const bool yes = [] {
-    int dev = 0, major = 0;
-    HIBANA_CUDA(cudaGetDevice(&dev));
-    HIBANA_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 8;
-  }();
-  return yes;
-}
-
 }  // namespace
 
 bool mma_supports(const Params& p, Elt elt) {
   if (elt != Elt::bf16 && elt != Elt::fp8) return false;
-  if (!p.vec_w || !gpu_has_mma()) return false;
+  if (!p.vec_w) return false;  // (every GPU the backend accepts, sm_80+, has these mmas)
   const int64_t chunk = elt == Elt::bf16 ? 32 : 64;  // KC of the kernel
   return p.scale_kind == 0 || p.block_cols % chunk == 0;
 }
@@ -362,13 +352,7 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
   Params p = in;
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;
-  if (parallel) {
-    partial = std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
-    p.partial = partial->as<float>();
-    const int64_t bm = max_rows <= 8 ? 8 : 32;
-    p.counters = tile_counters(static_cast<size_t>(((p.N + kRowsPerCta - 1) / kRowsPerCta) *
-                                                   ((max_rows + bm - 1) / bm) * groups));
-  }
+  if (parallel) partial = split_scratch(p, kRowsPerCta, max_rows <= 8 ? 8 : 32, max_rows, groups);
   if (elt == Elt::bf16) {
     launch_elt<Elt::bf16>(p, parallel, grouped, max_rows, groups);
   } else {

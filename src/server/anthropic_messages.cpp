@@ -365,8 +365,7 @@ ChatRequest parse_messages_request(std::string_view text, const RequestContext& 
     }
   }
   if (const Json* oc = opt_object(body, "output_config", "")) {
-    r.json_output =
-        read_response_format(opt_object(*oc, "format", "output_config"), "output_config.format");
+    read_response_format(opt_object(*oc, "format", "output_config"), "output_config.format", r);
   }
   GenerationOptions& g = r.gen;
   if (!count_tokens) {
@@ -418,7 +417,7 @@ ApiResponse handle_messages(const ServedModel& model, const RequestContext& cont
   pipeline.make_tool_id = [] { return random_id("toolu_"); };
   GenerationPlan plan =
       plan_generation(model, request.gen, std::move(prompt.tokens), std::move(pipeline),
-                      prompt.checkpoint_at, prompt.constraint);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
   MessagesInfo info;
   info.id = random_id("msg_");

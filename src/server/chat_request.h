@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/json_schema.h"
 #include "engine/sampler.h"
 
 namespace hibana::server {
@@ -61,6 +63,8 @@ struct ChatRequest {
   std::optional<bool> enable_thinking;  // absent: the template's default
   std::string template_kwargs_json;     // extra template variables (a JSON object), "" for none
   JsonOutput json_output = JsonOutput::none;
+  // response_format json_schema's schema, compiled (null: JSON syntax only).
+  std::shared_ptr<const JsonSchema> json_schema;
   GenerationOptions gen;
 };
 

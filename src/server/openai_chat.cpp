@@ -193,7 +193,7 @@ ChatRequest parse_chat_request(std::string_view text, const RequestContext& cont
     r.messages.push_back(read_message((*messages)[i], i));
 
   read_openai_tools(body, r);
-  r.json_output = read_response_format(opt_object(body, "response_format", ""), "response_format");
+  read_response_format(opt_object(body, "response_format", ""), "response_format", r);
 
   GenerationOptions& g = r.gen;
   read_sampling(body, g);
@@ -278,7 +278,7 @@ ApiResponse handle_chat_completions(const ServedModel& model, const RequestConte
   PromptPlan prompt = model.chat().build(request);
   GenerationPlan plan =
       plan_generation(model, request.gen, std::move(prompt.tokens), pipeline_for(prompt),
-                      prompt.checkpoint_at, prompt.constraint);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
 
   ChatResponseInfo info;

@@ -128,12 +128,15 @@ void read_openai_tools(const Json& body, ChatRequest& request) {
   request.parallel_tool_calls = opt_bool(body, "parallel_tool_calls", "").value_or(true);
 }
 
-JsonOutput read_response_format(const Json* format, const std::string& field) {
-  if (!format) return JsonOutput::none;
+void read_response_format(const Json* format, const std::string& field, ChatRequest& request) {
+  request.json_output = JsonOutput::none;
+  request.json_schema = nullptr;
+  if (!format) return;
   if (!format->is_object()) throw invalid_field(field, "expected an object");
   std::string type = opt_string(*format, "type", field).value_or("text");
-  if (type == "text") return JsonOutput::none;
-  if (type == "json_object") return JsonOutput::object;
+  if (type == "text") return;
+  request.json_output = JsonOutput::object;
+  if (type == "json_object") return;
   if (type != "json_schema") throw invalid_field(field + ".type", "unknown type '" + type + "'");
   const Json* holder = format;
   std::string where = field;
@@ -143,15 +146,23 @@ JsonOutput read_response_format(const Json* format, const std::string& field) {
     where = field + ".json_schema";
   }
   const Json* schema = member(*holder, "schema");
-  if (!schema) return JsonOutput::object;
-  if (schema->is_boolean()) return JsonOutput::any;
-  if (!schema->is_object()) throw invalid_field(where + ".schema", "expected a JSON Schema object");
-  const Json* t = member(*schema, "type");
-  if (t && !t->is_string() && !t->is_array()) {
-    throw invalid_field(where + ".schema.type", "expected a string or an array of strings");
+  if (!schema) return;
+  if (!schema->is_object() && !schema->is_boolean()) {
+    throw invalid_field(where + ".schema", "expected a JSON Schema object");
   }
-  return !t || (t->is_string() && t->get<std::string>() == "object") ? JsonOutput::object
-                                                                     : JsonOutput::any;
+  bool typed = schema->is_boolean();
+  for (const char* k : {"type", "anyOf", "oneOf", "allOf", "enum", "const", "$ref"}) {
+    typed = typed || schema->contains(k);
+  }
+  const Json* t = schema->is_object() ? member(*schema, "type") : nullptr;
+  const bool object = !typed || (t && t->is_string() && t->get<std::string>() == "object");
+  request.json_output = object ? JsonOutput::object : JsonOutput::any;
+  try {
+    request.json_schema = JsonSchema::compile(*schema, !typed);
+  } catch (const JsonSchemaError& e) {
+    throw invalid_field(e.path().empty() ? where + ".schema" : where + ".schema." + e.path(),
+                        e.problem());
+  }
 }
 
 }  // namespace hibana::server

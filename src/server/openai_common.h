@@ -29,11 +29,14 @@ const char* openai_finish_reason(FinishKind kind);
 // tool_choice / parallel_tool_calls into the request.
 void read_openai_tools(const Json& body, ChatRequest& request);
 
-// response_format / text.format / output_config.format: "text", "json_object", or
-// "json_schema" (its schema, at json_schema.schema or schema, must be an object or a boolean;
-// the output is constrained to syntactically valid JSON, an object unless the schema's type says
-// otherwise; the schema's contents are not enforced).
-JsonOutput read_response_format(const Json* format, const std::string& field);
+// response_format / text.format / output_config.format into request.json_output and
+// request.json_schema: "text", "json_object" (any JSON object), or "json_schema" (its schema, at
+// json_schema.schema or schema, must be an object or a boolean, and is compiled and enforced
+// during generation: engine/json_schema.h lists the keywords; unsupported ones accept anything).
+// Without a schema, or when the schema says nothing about the top-level type (no type, anyOf,
+// oneOf, allOf, enum, const or $ref), the output is an object. A malformed schema ("type": 5,
+// a $ref to nothing...) is a 400 naming the keyword's path.
+void read_response_format(const Json* format, const std::string& field, ChatRequest& request);
 
 // A tool name as the APIs allow it (letters, digits, '_', '-', '.', ':'; 1-128 bytes).
 void check_tool_name(const std::string& name, const std::string& field);

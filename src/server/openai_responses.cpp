@@ -478,7 +478,7 @@ ResponsesRequest parse_responses_request(std::string_view text, const RequestCon
     }
   }
   if (const Json* t = opt_object(body, "text", "")) {
-    r.json_output = read_response_format(opt_object(*t, "format", "text"), "text.format");
+    read_response_format(opt_object(*t, "format", "text"), "text.format", r);
   }
   if (const Json* kwargs = opt_object(body, "chat_template_kwargs", "")) {
     r.template_kwargs_json = dump(*kwargs);
@@ -537,7 +537,7 @@ ApiResponse handle_responses(const ServedModel& model, const RequestContext& con
   PromptPlan prompt = model.chat().build(chat);
   GenerationPlan plan =
       plan_generation(model, chat.gen, std::move(prompt.tokens), pipeline_for(prompt),
-                      prompt.checkpoint_at, prompt.constraint);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
 
   ResponsesInfo info;

@@ -21,6 +21,42 @@ Json arguments_value(const std::string& text) {
   return text;
 }
 
+// A tool's parameters as a JSON document (true when it has none).
+Json parameters_json(const ToolSpec& t) {
+  if (t.parameters_schema.empty()) return Json(true);
+  Json j = Json::parse(t.parameters_schema, nullptr, false);
+  return j.is_discarded() ? Json(true) : j;
+}
+
+ApiError bad_parameters(const std::string& tool, const std::string& problem) {
+  return invalid_field("tools",
+                       "the parameters of '" + tool + "' are not a usable JSON Schema: " + problem);
+}
+
+// What a forced JSON tool call must satisfy: the named tool's parameters (an object), or for
+// `required` {"name": NAME, "arguments": that tool's parameters} for one of the tools.
+std::shared_ptr<const JsonSchema> forced_call_schema(const std::vector<ToolSpec>& tools,
+                                                     const std::string& named) {
+  if (!named.empty()) {
+    for (const ToolSpec& t : tools) {
+      if (t.name != named) continue;
+      try {
+        return JsonSchema::compile(parameters_json(t), true);
+      } catch (const JsonSchemaError& e) {
+        throw bad_parameters(t.name, e.what());
+      }
+    }
+    return nullptr;
+  }
+  std::vector<std::pair<std::string, Json>> variants;
+  for (const ToolSpec& t : tools) variants.emplace_back(t.name, parameters_json(t));
+  try {
+    return JsonSchema::tagged_union("name", "arguments", variants, true);
+  } catch (const JsonSchemaError& e) {
+    throw bad_parameters(e.path(), e.problem());
+  }
+}
+
 Json message_json(const ChatMessage& m) {
   Json j = Json::object();
   j["role"] = m.role;
@@ -219,14 +255,18 @@ PromptPlan PromptBuilder::build(const ChatRequest& input) const {
     plan.forced_output = prefix;
     plan.reasoning = ReasoningMode::off;
     if (format_ == ToolCallFormat::json) {
-      // The engine keeps the call's JSON well-formed and ends it; the parser gets the closing.
+      // The engine keeps the call's JSON well-formed and valid for the tools' parameters, and
+      // ends it; the parser gets the closing.
       plan.constraint = JsonOutput::object;
+      plan.schema = forced_call_schema(
+          plan.tools, request.tool_choice == ToolChoice::named ? request.tool_choice_name : "");
       plan.forced_suffix =
           request.tool_choice == ToolChoice::named ? "}\n</tool_call>" : "\n</tool_call>";
     }
   } else if (json_output) {
     if (thinking == PromptThinking::open) plan.text += "\n</think>\n\n";
     plan.constraint = request.json_output;
+    plan.schema = request.json_schema;
     plan.reasoning = ReasoningMode::off;
   } else if (thinking == PromptThinking::open) {
     plan.reasoning = ReasoningMode::inside;

@@ -38,6 +38,10 @@ struct PromptPlan {
   std::vector<StopString> internal_stops;  // e.g. "</tool_call>" when one call is allowed
   // Output constrained to one JSON value: a forced tool call's JSON, or a JSON response format.
   JsonOutput constraint = JsonOutput::none;
+  // The JSON Schema that value must satisfy, compiled once for all choices (null: syntax only,
+  // an object when constraint is object): the named tool's parameters, {"name": one of the
+  // tools, "arguments": its parameters} for a required call, or the response format's schema.
+  std::shared_ptr<const JsonSchema> schema;
   // Token position where the last user message starts (GenerationRequest::checkpoint_at): the
   // prompt before it is what the conversation's next turns share. -1: none.
   int64_t checkpoint_at = -1;
@@ -61,7 +65,8 @@ class PromptBuilder {
   PromptBuilder(std::shared_ptr<const Tokenizer> tokenizer, TemplateInfo info);
 
   // Throws ApiError(400) for requests the template rejects or that contradict themselves
-  // (a named tool_choice that names no tool...).
+  // (a named tool_choice that names no tool...), and for a forced call whose tool parameters
+  // are not a valid JSON Schema.
   PromptPlan build(const ChatRequest& request) const;
 
   ToolCallFormat tool_call_format() const { return format_; }

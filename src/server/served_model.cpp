@@ -90,6 +90,7 @@ std::unique_ptr<ServedModel> ServedModel::open(const std::string& dir,
     bytes->push_back(m->tokenizer->token_bytes(static_cast<int32_t>(i)));
   }
   m->token_bytes = std::move(bytes);
+  m->token_trie = std::make_shared<TokenTrie>(m->token_bytes);
   m->created = std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
@@ -122,7 +123,8 @@ const PromptBuilder& ServedModel::chat() const {
 
 GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions& options,
                                std::vector<int32_t> prompt, PipelineOptions pipeline,
-                               int64_t checkpoint_at, JsonOutput constraint) {
+                               int64_t checkpoint_at, JsonOutput constraint,
+                               std::shared_ptr<const JsonSchema> schema) {
   const int64_t context = model.max_context();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) throw ApiError(400, "the prompt is empty");
@@ -193,11 +195,13 @@ GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions
     ChoicePlan c = first;
     c.request.sampling.seed += static_cast<uint64_t>(i);
     if (constraint != JsonOutput::none) {
-      c.request.processor = std::make_shared<JsonConstraint>(model.token_bytes, model.end_token_ids,
-                                                             constraint == JsonOutput::object);
+      c.request.processor = std::make_shared<JsonConstraint>(
+          model.token_trie, model.end_token_ids,
+          schema ? schema : JsonSchema::any(constraint == JsonOutput::object));
     }
     if (i > 0 && !c.request.conversation.empty()) {
-      c.request.conversation += "#" + std::to_string(i);
+      c.request.conversation += '#';
+      c.request.conversation += std::to_string(i);
     }
     plan.choices.push_back(std::move(c));
   }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/token_trie.h"
 #include "server/chat_request.h"
 #include "server/generation.h"
 #include "server/prompt_builder.h"
@@ -31,8 +32,9 @@ struct ServedModel {
   SamplingDefaults defaults;
   std::vector<int32_t> stop_token_ids;  // end-of-turn tokens besides the model's eos ids
   std::vector<int32_t> end_token_ids;   // all of them: the model's eos ids and the above
-  // Each token's bytes, for JSON-constrained generation.
+  // Each token's bytes, and the same as a trie, for JSON-constrained generation.
   std::shared_ptr<const std::vector<std::string>> token_bytes;
+  std::shared_ptr<const TokenTrie> token_trie;
   std::shared_ptr<GenerationService> service;
   int64_t created = 0;  // unix seconds
   // Most tokens one choice may generate (0: up to the end of the context). Requests asking
@@ -56,11 +58,11 @@ struct ServedModel {
 // max_tokens (up to the context's end when absent or larger, and at most the model's
 // max_output_tokens when set), sampling defaults, a random seed
 // unless one was given (choice i uses seed + i), stop strings and token ids. Choice i > 0 gets
-// the conversation key "KEY#i". `checkpoint_at` and `constraint` come from the PromptPlan
-// (each choice gets its own JSON constraint).
+// the conversation key "KEY#i". `checkpoint_at`, `constraint` and `schema` come from the
+// PromptPlan (each choice gets its own JSON constraint; they share the compiled schema).
 GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions& options,
                                std::vector<int32_t> prompt, PipelineOptions pipeline,
-                               int64_t checkpoint_at = -1,
-                               JsonOutput constraint = JsonOutput::none);
+                               int64_t checkpoint_at = -1, JsonOutput constraint = JsonOutput::none,
+                               std::shared_ptr<const JsonSchema> schema = nullptr);
 
 }  // namespace hibana::server

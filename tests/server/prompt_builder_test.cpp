@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine/json_recogniser.h"
 #include "server/api_error.h"
 #include "server/billing_header.h"
 #include "server/fake_service.h"
@@ -98,6 +99,58 @@ TEST(PromptBuilder, ForcedToolCallOpensTheCall) {
   EXPECT_EQ(p.forced_output, "<tool_call>\n");
   EXPECT_EQ(p.forced_suffix, "\n</tool_call>");
   EXPECT_EQ(p.constraint, JsonOutput::object);
+}
+
+// The forced call's JSON must satisfy the tools' parameters: the plan carries them compiled.
+TEST(PromptBuilder, ForcedToolCallCarriesTheToolSchema) {
+  auto fits = [](const PromptPlan& p, const std::string& doc) {
+    JsonRecogniser r(p.schema);
+    return r.feed(doc) && r.complete();
+  };
+  ChatRequest r = conversation({{"user", "Weather?", "", {}, "", ""}});
+  r.tools_json = kWeatherTools;
+  r.tool_choice = ToolChoice::named;
+  r.tool_choice_name = "get_weather";
+  PromptPlan p = tiny_builder().build(r);
+  ASSERT_NE(p.schema, nullptr);
+  EXPECT_TRUE(fits(p, R"({"city": "Paris"})"));
+  EXPECT_FALSE(fits(p, R"({"city": 1})"));
+  EXPECT_FALSE(fits(p, R"("Paris")"));  // the arguments are an object
+
+  r.tool_choice = ToolChoice::required;
+  r.tools_json = R"([{"type": "function", "function": {"name": "a",
+                       "parameters": {"properties": {"x": {"enum": [1, 2]}}, "required": ["x"]}}},
+                     {"type": "function", "function": {"name": "b"}}])";
+  p = tiny_builder().build(r);
+  ASSERT_NE(p.schema, nullptr);
+  EXPECT_TRUE(fits(p, R"({"name": "a", "arguments": {"x": 2}})"));
+  EXPECT_TRUE(fits(p, R"({"name": "b", "arguments": {"anything": [1]}})"));
+  EXPECT_FALSE(fits(p, R"({"name": "a", "arguments": {"x": 3}})"));
+  EXPECT_FALSE(fits(p, R"({"name": "c", "arguments": {}})"));
+  EXPECT_FALSE(fits(p, R"({"name": "b"})"));
+
+  // A malformed schema is the client's error; unsupported keywords are not.
+  r.tools_json = R"([{"type": "function", "function": {"name": "a",
+                       "parameters": {"properties": {"x": {"type": 5}}}}},
+                     {"type": "function", "function": {"name": "b"}}])";
+  try {
+    tiny_builder().build(r);
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_THAT(e.what(), HasSubstr("tools: the parameters of 'a'"));
+    EXPECT_THAT(e.what(), HasSubstr("properties.x.type: expected a type name"));
+  }
+  r.tool_choice = ToolChoice::named;
+  r.tool_choice_name = "a";
+  EXPECT_THROW(tiny_builder().build(r), ApiError);
+  r.tool_choice = ToolChoice::automatic;  // not enforced, so not compiled
+  EXPECT_NO_THROW(tiny_builder().build(r));
+  r.tool_choice = ToolChoice::named;
+  r.tools_json = R"([{"type": "function", "function": {"name": "a",
+                       "parameters": {"properties": {"x": {"type": "string", "pattern": "^a",
+                                                           "format": "email"}}}}}])";
+  EXPECT_TRUE(fits(tiny_builder().build(r), R"({"x": "not an email"})"));
 }
 
 TEST(PromptBuilder, JsonOutputSwitchesThinkingOff) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "engine/json_recogniser.h"
 #include "server/anthropic_messages.h"
 #include "server/openai_chat.h"
 #include "server/openai_responses.h"
@@ -143,6 +144,12 @@ TEST(ChatRequest, RefusesBadOptions) {
   expect_error(parse(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})"),
                400, "response_format.json_schema.schema");
   expect_error(parse(R"("response_format": {"type": "yaml"})"), 400, "unknown type");
+  expect_error(parse(R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+                          {"type": "object", "properties": {"a": {"type": 5}}}}})"),
+               400, "response_format.json_schema.schema.properties.a.type: expected a type name");
+  expect_error(parse(R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+                          {"$ref": "#/$defs/nothing"}}})"),
+               400, "response_format.json_schema.schema.$ref: '#/$defs/nothing' points to nothing");
 }
 
 TEST(ChatRequest, ReadsToolsAndToolChoice) {
@@ -185,6 +192,17 @@ TEST(ChatRequest, ResponseFormats) {
                                {})
                 .json_output,
             JsonOutput::any);
+  // The schema is compiled once here; without a type it must still be an object.
+  ChatRequest r = parse_chat_request(base + R"({"type": "json_schema", "json_schema": {"name": "a",
+              "schema": {"properties": {"n": {"type": "integer"}}, "required": ["n"]}}}})",
+                                     {});
+  ASSERT_NE(r.json_schema, nullptr);
+  EXPECT_EQ(r.json_output, JsonOutput::object);
+  JsonRecogniser ok(r.json_schema), missing(r.json_schema), list(r.json_schema);
+  EXPECT_TRUE(ok.feed(R"({"n": 3})") && ok.complete());
+  EXPECT_FALSE(missing.feed(R"({"m": 3})"));
+  EXPECT_FALSE(list.feed("[1]"));
+  EXPECT_EQ(parse_chat_request(base + R"({"type": "json_object"}})", {}).json_schema, nullptr);
 }
 
 TEST(ChatRequest, ThinkingSwitchesAndConversationKey) {

@@ -35,6 +35,9 @@ stage_sanitize() {
     --gtest_filter='*GoldenTest*qwen3_next_recurrent_cuda:*GoldenTest*qwen3_fp8_recurrent_cuda' \
     --gtest_brief=1 >"$OUT/sanitize_golden.log" 2>&1
   echo "compute-sanitizer golden: rc=$? $(tail -1 "$OUT/sanitize_golden.log")"
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/model_tests \
+    --gtest_filter='*DecodeStepsReplayedAsGraphs*cuda*' --gtest_brief=1 >"$OUT/sanitize_graphs.log" 2>&1
+  echo "compute-sanitizer graphs: rc=$? $(tail -1 "$OUT/sanitize_graphs.log")"
 }
 
 # Decode at 4k context for one bench config and dummy dtype: bench_decode NAME DTYPE TIMEOUT.

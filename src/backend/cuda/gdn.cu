@@ -12,18 +12,21 @@ namespace hibana::cuda {
 namespace {
 
 constexpr int kMaxConvWindow = 8;
-constexpr int kCols = 32;         // state columns (value dims) per CTA
-constexpr int kQuarters = 4;      // row groups per column
-constexpr int kMaxRows = 32;      // key dims per thread: key_dim <= 128
+constexpr int kCols = 32;     // state columns (value dims) per CTA
+constexpr int kQuarters = 4;  // row groups per column
+constexpr int kMaxRows = 32;  // key dims per thread: key_dim <= 128
 
 // One thread per (sequence, channel), walking the sequence's tokens in order.
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
-                            const int32_t* seq_start, const int32_t* slots,
-                            const int32_t* snaps, int64_t S, int64_t C, float* out, int64_t ldo) {
+                            const int32_t* seq_start, const int32_t* slots, const int32_t* snaps,
+                            int64_t S, int64_t C, float* out, int64_t ldo) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= S * C) return;
   const int64_t s = i / C, c = i % C;
-  if (slots[s] < 0) return;  // a padding row of a captured decode batch: no state
+  if (slots[s] < 0) {  // a padding row of a captured decode batch: no state, zero output
+    for (int64_t t = seq_start[s]; t < seq_start[s + 1]; ++t) out[t * ldo + c] = 0.0f;
+    return;
+  }
   const int W = K - 1;
   float* st = states + (static_cast<int64_t>(slots[s]) * C + c) * W;
   float win[kMaxConvWindow];
@@ -58,10 +61,13 @@ __global__ void qk_norm_kernel(const float* qkv, int64_t ldq, int64_t T, int64_t
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss + 1e-6f);
   float* dst = qk + ((t * 2 + part) * nk + g) * dk;
-  for (int64_t d = lane; d < dk; d += 32) dst[d] = part == 0 ? (src[d] * inv) * qscale : src[d] * inv;
+  for (int64_t d = lane; d < dk; d += 32)
+    dst[d] = part == 0 ? (src[d] * inv) * qscale : src[d] * inv;
 }
 
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float softplus_f(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
 
 // beta = sigmoid(b), decay = exp(-exp(A_log) * softplus(a + dt_bias)), per (token, value head).
 __global__ void gates_kernel(const float* b, int64_t ldb, const float* a, int64_t lda,
@@ -75,12 +81,12 @@ __global__ void gates_kernel(const float* b, int64_t ldb, const float* a, int64_
 }
 
 struct RecParams {
-  const float* qk;     // [T][2][nk][dk]
-  const float* qkv;    // v at column 2 * nk * dk + h * dv
+  const float* qk;   // [T][2][nk][dk]
+  const float* qkv;  // v at column 2 * nk * dk + h * dv
   int64_t ldqkv;
   const float* beta;
   const float* decay;
-  float* states;       // [slots][nv][dk][dv]
+  float* states;  // [slots][nv][dk][dv]
   const int32_t* seq_start;
   const int32_t* slots;
   const int32_t* snaps;
@@ -90,11 +96,16 @@ struct RecParams {
 };
 
 // CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows).
-__global__ void __launch_bounds__(kCols * kQuarters) recurrent_kernel(RecParams p) {
+__global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p) {
   const int64_t s = blockIdx.x, h = blockIdx.y;
-  if (p.slots[s] < 0) return;  // a padding row of a captured decode batch: no state
   const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
+  if (p.slots[s] < 0) {  // a padding row of a captured decode batch: no state, zero output
+    if (quarter == 0 && c < p.dv)
+      for (int64_t t = p.seq_start[s]; t < p.seq_start[s + 1]; ++t)
+        p.out[t * p.ldo + h * p.dv + c] = 0.0f;
+    return;
+  }
   const int64_t dk = p.dk, dv = p.dv, g = h / (p.nv / p.nk);
   const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
   const int64_t r0 = quarter * rows_per;
@@ -201,12 +212,24 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))), qk.as<float>());
   launched("qk_norm_kernel");
   gates_kernel<<<blocks_for(T * nv, 256), 256, 0, stream()>>>(
-      b.ptr<float>(), ld(b), a.ptr<float>(), ld(a), A_log.ptr<float>(), dt_bias.ptr<float>(), T,
-      nv, beta, decay);
+      b.ptr<float>(), ld(b), a.ptr<float>(), ld(a), A_log.ptr<float>(), dt_bias.ptr<float>(), T, nv,
+      beta, decay);
   launched("gates_kernel");
-  RecParams p{qk.as<float>(), qkv.ptr<float>(), ld(qkv), beta, decay, states.ptr<float>(),
-              layout.seq_start.ptr<int32_t>(), layout.state_slot.ptr<int32_t>(),
-              layout.snapshot_slot.ptr<int32_t>(), nk, nv, dk, dv, out.ptr<float>(), ld(out)};
+  RecParams p{qk.as<float>(),
+              qkv.ptr<float>(),
+              ld(qkv),
+              beta,
+              decay,
+              states.ptr<float>(),
+              layout.seq_start.ptr<int32_t>(),
+              layout.state_slot.ptr<int32_t>(),
+              layout.snapshot_slot.ptr<int32_t>(),
+              nk,
+              nv,
+              dk,
+              dv,
+              out.ptr<float>(),
+              ld(out)};
   dim3 grid(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv),
             static_cast<unsigned>((dv + kCols - 1) / kCols));
   recurrent_kernel<<<grid, kCols * kQuarters, 0, stream()>>>(p);

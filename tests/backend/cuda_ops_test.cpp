@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/device_memory.h"
@@ -44,9 +45,12 @@ class CudaOps : public testing::Test {
   static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());
     float worst = 0.0f;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
     return worst;
   }
+
+  void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
 
   std::unique_ptr<Backend> gpu, cpu;
   std::vector<std::unique_ptr<Buffer>> keep;
@@ -70,7 +74,9 @@ TestWeight make_weight(CudaOps& t, DType dtype, int64_t N, int64_t K, uint32_t s
   }
   for (int64_t i = 0; i < N * K; ++i) {
     switch (dtype) {
-      case DType::f32: std::memcpy(&w.bytes[i * 4], &vals[i], 4); break;
+      case DType::f32:
+        std::memcpy(&w.bytes[i * 4], &vals[i], 4);
+        break;
       case DType::bf16: {
         uint16_t b = f32_to_bf16(vals[i]);
         std::memcpy(&w.bytes[i * 2], &b, 2);
@@ -100,7 +106,8 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
     SCOPED_TRACE(dtype_name(dtype));
     TestWeight w = make_weight(*this, dtype, N, K, 11);
     std::vector<float> ref(M * N);
-    cpu->matmul(Tensor(x.data(), DType::f32, {M, K}), w.host, Tensor(ref.data(), DType::f32, {M, N}));
+    cpu->matmul(Tensor(x.data(), DType::f32, {M, K}), w.host,
+                Tensor(ref.data(), DType::f32, {M, N}));
     Tensor xd = upload(x.data(), DType::f32, {M, K});
     Tensor full = device_f32(M, N);
     gpu->matmul(xd, w.dev, full);
@@ -118,16 +125,20 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
 
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
 // past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
-// of 208 take the tensor-core path and end inside its 32- / 64-element chunk.
+// of 208 take the tensor-core paths and end inside their 32- / 64-element chunk; a batch of 130
+// runs the tiled kernel (two full token tiles and a partial one), a single row the small one.
 TEST_F(CudaOps, MatmulUnalignedShapesMatchCpu) {
-  for (auto [dtype, K] : {std::pair{DType::bf16, int64_t{70}}, {DType::f8_e4m3, int64_t{200}},
-                          {DType::bf16, int64_t{72}}, {DType::f8_e4m3, int64_t{208}}}) {
+  for (auto [dtype, K] : {std::pair{DType::bf16, int64_t{70}},
+                          {DType::f8_e4m3, int64_t{200}},
+                          {DType::bf16, int64_t{72}},
+                          {DType::f8_e4m3, int64_t{208}}}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)) + " K=" + std::to_string(K));
-    const int64_t N = 37, M = 5;
+    const int64_t N = 37, M = 130;
     auto x = randn(M * K, 3);
     TestWeight w = make_weight(*this, dtype, N, K, 4);
     std::vector<float> ref(M * N);
-    cpu->matmul(Tensor(x.data(), DType::f32, {M, K}), w.host, Tensor(ref.data(), DType::f32, {M, N}));
+    cpu->matmul(Tensor(x.data(), DType::f32, {M, K}), w.host,
+                Tensor(ref.data(), DType::f32, {M, N}));
     Tensor xd = upload(x.data(), DType::f32, {M, K});
     Tensor out = device_f32(M, N);
     gpu->matmul(xd, w.dev, out);
@@ -144,7 +155,7 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
   const int64_t T = 600, heads = 4, kvh = 2, hd = 64, page = 64, pages = (T + page - 1) / page;
   auto q = randn(T * heads * hd, 1), k = randn(T * kvh * hd, 2), v = randn(T * kvh * hd, 3);
   std::vector<int32_t> pos(T), seq(T, 0), start = {0, static_cast<int32_t>(T)}, table(pages),
-      slot(T), state = {-1}, snap(T, -1);
+                                          slot(T), state = {-1}, snap(T, -1);
   for (int64_t i = 0; i < T; ++i) pos[i] = slot[i] = static_cast<int32_t>(i);
   for (int64_t p = 0; p < pages; ++p) table[p] = static_cast<int32_t>(pages - 1 - p);  // scrambled
   for (int64_t i = 0; i < T; ++i) slot[i] = table[i / page] * page + i % page;
@@ -161,7 +172,8 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
     };
     l.positions = make(pos.data() + t0, n);
     l.token_seq = make(seq.data() + t0, n);
-    l.seq_start = device ? upload(st.data(), DType::i32, {2}) : Tensor(start.data(), DType::i32, {2});
+    l.seq_start =
+        device ? upload(st.data(), DType::i32, {2}) : Tensor(start.data(), DType::i32, {2});
     l.page_table = make(table.data(), pages);
     l.kv_slot = make(slot.data() + t0, n);
     l.state_slot = make(state.data(), 1);
@@ -169,10 +181,11 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
     return l;
   };
   std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
-  Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}), vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
+  Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
+      vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
   BatchLayout hl = layout_on(false, 0, T);
-  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}), Tensor(v.data(), DType::f32, {T, kvh * hd}),
-                kpt, vpt, hl);
+  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
+                Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, hl);
   cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, hl,
                  Tensor(ref.data(), DType::f32, {T, heads * hd}));
 
@@ -181,8 +194,8 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
   Tensor vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
   BatchLayout dl = layout_on(true, 0, T);
   Tensor qd = upload(q.data(), DType::f32, {T, heads * hd});
-  gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}), upload(v.data(), DType::f32, {T, kvh * hd}),
-                kd, vd, dl);
+  gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
+                upload(v.data(), DType::f32, {T, kvh * hd}), kd, vd, dl);
   Tensor out = device_f32(T, heads * hd);
   gpu->attention(qd, heads, kd, vd, 0.125f, dl, out);
   std::vector<float> got = download(out);
@@ -193,11 +206,111 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
   Tensor last = device_f32(1, heads * hd);
   gpu->attention(qd.slice_rows(T - 1, T), heads, kd, vd, 0.125f, one, last);
   std::vector<float> alone = download(last);
-  EXPECT_EQ(std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0);
+}
+
+// Prefill launches take blocks of consecutive tokens of one sequence per CTA (the register-tiled
+// kernel). Three sequences in one launch (13, 1 and 300 tokens: blocks end inside each) match
+// the CPU, and every token gives the same bits as when it is decoded alone (the per-token
+// kernel) or prefilled in a chunk that starts elsewhere.
+TEST_F(CudaOps, AttentionTokenBlocksMatchCpuAndEachTokenAlone) {
+  // Qwen3-8B's heads (group 4, head_dim 128: 32 tokens per block) and Qwen3-Next's (group 8,
+  // head_dim 256: 8 tokens per block).
+  for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}}) {
+    SCOPED_TRACE("heads " + std::to_string(heads) + ", head_dim " + std::to_string(hd));
+    check_token_blocks(heads, kvh, hd);
+  }
+}
+
+void CudaOps::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
+  const int64_t page = 16;
+  const std::vector<int64_t> lens = {13, 1, 300};
+  const int64_t S = static_cast<int64_t>(lens.size());
+  int64_t T = 0, max_pages = 0, pages = 0;
+  for (int64_t n : lens) {
+    T += n;
+    max_pages = std::max(max_pages, (n + page - 1) / page);
+    pages += (n + page - 1) / page;
+  }
+  // Sequence s owns pages handed out from the top down; its table row is padded with page 0.
+  std::vector<int32_t> pos, seq, start = {0}, table(S * max_pages, 0), slot, state(S, -1), snap;
+  int32_t next_page = static_cast<int32_t>(pages);
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t p = 0; p < (lens[s] + page - 1) / page; ++p)
+      table[s * max_pages + p] = --next_page;
+    for (int64_t i = 0; i < lens[s]; ++i) {
+      pos.push_back(static_cast<int32_t>(i));
+      seq.push_back(static_cast<int32_t>(s));
+      slot.push_back(static_cast<int32_t>(table[s * max_pages + i / page] * page + i % page));
+      snap.push_back(-1);
+    }
+    start.push_back(static_cast<int32_t>(pos.size()));
+  }
+  // Tokens [t0, t0 + n) of sequence s alone (device), or the whole batch (host or device).
+  auto layout = [&](bool device, int64_t s, int64_t t0, int64_t n) {
+    BatchLayout l;
+    const bool all = s < 0;
+    l.num_tokens = all ? T : n;
+    l.num_seqs = all ? S : 1;
+    l.page_size = page;
+    l.max_pages = max_pages;
+    auto make = [&](const int32_t* d, int64_t len) {
+      return device ? upload(d, DType::i32, {len})
+                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
+    };
+    static const std::vector<int32_t> zeros(1024, 0);
+    const int64_t first = all ? 0 : start[s] + t0;
+    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
+    l.positions = make(pos.data() + first, l.num_tokens);
+    l.token_seq = all ? make(seq.data(), T) : make(zeros.data(), n);
+    l.seq_start = all ? make(start.data(), S + 1) : upload(st.data(), DType::i32, {2});
+    l.page_table = make(table.data() + (all ? 0 : s * max_pages), (all ? S : 1) * max_pages);
+    l.kv_slot = make(slot.data() + first, l.num_tokens);
+    l.state_slot = make(state.data(), l.num_seqs);
+    l.snapshot_slot = make(snap.data() + first, l.num_tokens);
+    return l;
+  };
+  auto q = randn(T * heads * hd, 21), k = randn(T * kvh * hd, 22), v = randn(T * kvh * hd, 23);
+  std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
+  Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
+      vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
+  BatchLayout hl = layout(false, -1, 0, T);
+  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
+                Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, hl);
+  cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, hl,
+                 Tensor(ref.data(), DType::f32, {T, heads * hd}));
+
+  std::vector<float> zeros(kp.size(), 0.0f);
+  Tensor kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+  Tensor vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+  gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
+                upload(v.data(), DType::f32, {T, kvh * hd}), kd, vd, layout(true, -1, 0, T));
+  Tensor qd = upload(q.data(), DType::f32, {T, heads * hd});
+  Tensor out = device_f32(T, heads * hd);
+  gpu->attention(qd, heads, kd, vd, 0.125f, layout(true, -1, 0, T), out);
+  std::vector<float> got = download(out);
+  EXPECT_LT(max_abs_diff(got, ref), 1e-5f);
+
+  const int64_t row = heads * hd;
+  auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
+    Tensor part = device_f32(n, row);
+    const int64_t first = start[s] + t0;
+    gpu->attention(qd.slice_rows(first, first + n), heads, kd, vd, 0.125f, layout(true, s, t0, n),
+                   part);
+    std::vector<float> mine = download(part);
+    return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
+  };
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t t = 0; t < lens[s]; t += (t % 7 == 0 ? 1 : 5))
+      EXPECT_TRUE(same_as_batch(s, t, 1)) << "sequence " << s << " token " << t << " alone";
+  }
+  EXPECT_TRUE(same_as_batch(2, 101, 150)) << "a chunk of the long sequence";
 }
 
 TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
-  const int64_t E = 16, k = 4, H = 256, I = 128, T = 40;
+  // 300 tokens x 4 of 16 experts: most experts get more than 64 rows (the tiled kernel).
+  const int64_t E = 16, k = 4, H = 256, I = 128, T = 300;
   ExpertWeights host, dev;
   std::vector<TestWeight> keep_w;
   for (int64_t e = 0; e < E; ++e) {
@@ -216,10 +329,12 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   auto x = randn(T * H, 5), logits = randn(T * E, 6);
   std::vector<int32_t> ids(T * k);
   std::vector<float> weights(T * k), ref(T * H);
-  cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true, Tensor(ids.data(), DType::i32, {T, k}),
+  cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
+                 Tensor(ids.data(), DType::i32, {T, k}),
                  Tensor(weights.data(), DType::f32, {T, k}));
   cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
-                   Tensor(weights.data(), DType::f32, {T, k}), host, Tensor(ref.data(), DType::f32, {T, H}));
+                   Tensor(weights.data(), DType::f32, {T, k}), host,
+                   Tensor(ref.data(), DType::f32, {T, H}));
 
   Tensor idd = upload(ids.data(), DType::i32, {T, k});  // overwritten by the GPU router
   Tensor wd = device_f32(T, k);
@@ -234,7 +349,7 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   gpu->moe_experts(xd, idd, wd, dev, out);
   std::vector<float> all = download(out);
   EXPECT_LT(max_abs_diff(all, ref), 1e-5f);
-  for (int64_t m : {1, 3}) {
+  for (int64_t m : {1, 3, 40}) {
     Tensor part = device_f32(m, H);
     gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), dev, part);
     std::vector<float> got = download(part);

@@ -33,7 +33,9 @@ constexpr int kRowPitch = 144;  // padded pitch of a weight row in shared memory
 
 // Pipeline depth: deep for the bandwidth-bound small batches, shallower where the activation
 // tile is large.
-constexpr int stages_for(int tm, bool serial) { return serial ? 2 : tm <= 4 ? 4 : tm <= 16 ? 3 : 2; }
+constexpr int stages_for(int tm, bool serial) {
+  return serial ? 2 : tm <= 4 ? 4 : tm <= 16 ? 3 : 2;
+}
 constexpr int64_t kSplitQuantum = 128;  // split lengths are multiples of this (fp8 block size)
 
 // TM rows per thread, G row groups per CTA (so BN = 128 / G weight rows and BM = TM * G
@@ -44,10 +46,10 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   constexpr int BK = kRowBytes / esize;  // elements per stage
   constexpr int VE = 16 / esize;         // elements per 16-byte chunk
   constexpr int BN = kThreads / G, BM = TM * G;
-  constexpr int XP = BK + 4;             // padded pitch of an activation row, floats
+  constexpr int XP = BK + 4;  // padded pitch of an activation row, floats
   constexpr int kStages = stages_for(TM, kSerial);
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* ws = smem;                                       // [kStages][BN][kRowPitch]
+  unsigned char* ws = smem;  // [kStages][BN][kRowPitch]
   float* xs = reinterpret_cast<float*>(smem + kStages * BN * kRowPitch);  // [kStages][BM][XP]
 
   const int tid = threadIdx.x;
@@ -75,18 +77,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
 
   // Global x and out rows of the BM rows of the tile (-1 past the end).
   __shared__ int64_t x_row[BM], o_row[BM];
-  for (int i = tid; i < BM; i += kThreads) {
-    const int64_t m = m0 + i;
-    if (m >= rows_here) {
-      x_row[i] = o_row[i] = -1;
-    } else if constexpr (kGrouped) {
-      const int64_t r = rows[m];
-      o_row[i] = r;
-      x_row[i] = r / p.x_div;
-    } else {
-      o_row[i] = x_row[i] = m;
-    }
-  }
+  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, x_row, o_row);
   __syncthreads();
 
   const int64_t k_begin = kSerial ? 0 : split0 * p.split_len;
@@ -207,7 +198,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
       if (orow >= 0) p.partial[(static_cast<int64_t>(split0) * p.M + orow) * p.N + n] = acc[i];
     }
   }
-  const int64_t tile = (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
+  const int64_t tile =
+      (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
   if (!last_to_finish(p.counters + tile, p.splits)) return;
   if (n >= p.N) return;
 #pragma unroll
@@ -241,10 +233,11 @@ int* tile_counters(size_t count) {
 
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups) {
-  auto partial = std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
+  auto partial =
+      std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
   p.partial = partial->as<float>();
-  p.counters = tile_counters(static_cast<size_t>(((p.N + bn - 1) / bn) *
-                                                 ((max_rows + bm - 1) / bm) * groups));
+  p.counters = tile_counters(
+      static_cast<size_t>(((p.N + bn - 1) / bn) * ((max_rows + bm - 1) / bm) * groups));
   return partial;
 }
 
@@ -297,10 +290,14 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
   const Config c = pick_config(max_rows);
   if (c.serial) return launch_config<E, 16, 4, true, kGrouped>(p, max_rows, groups);
   switch (c.tm) {
-    case 1: return launch_config<E, 1, 1, false, kGrouped>(p, max_rows, groups);
-    case 4: return launch_config<E, 4, 1, false, kGrouped>(p, max_rows, groups);
-    case 16: return launch_config<E, 16, 1, false, kGrouped>(p, max_rows, groups);
-    default: return launch_config<E, 32, 1, false, kGrouped>(p, max_rows, groups);
+    case 1:
+      return launch_config<E, 1, 1, false, kGrouped>(p, max_rows, groups);
+    case 4:
+      return launch_config<E, 4, 1, false, kGrouped>(p, max_rows, groups);
+    case 16:
+      return launch_config<E, 16, 1, false, kGrouped>(p, max_rows, groups);
+    default:
+      return launch_config<E, 32, 1, false, kGrouped>(p, max_rows, groups);
   }
 }
 
@@ -327,10 +324,18 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
     }
   };
   switch (elt) {
-    case Elt::f32: go(std::integral_constant<Elt, Elt::f32>{}); break;
-    case Elt::bf16: go(std::integral_constant<Elt, Elt::bf16>{}); break;
-    case Elt::f16: go(std::integral_constant<Elt, Elt::f16>{}); break;
-    case Elt::fp8: go(std::integral_constant<Elt, Elt::fp8>{}); break;
+    case Elt::f32:
+      go(std::integral_constant<Elt, Elt::f32>{});
+      break;
+    case Elt::bf16:
+      go(std::integral_constant<Elt, Elt::bf16>{});
+      break;
+    case Elt::f16:
+      go(std::integral_constant<Elt, Elt::f16>{});
+      break;
+    case Elt::fp8:
+      go(std::integral_constant<Elt, Elt::fp8>{});
+      break;
   }
 }
 

@@ -17,19 +17,19 @@ struct MatPtr {
 
 struct Params {
   int64_t N, K;
-  int64_t ldw;           // weight row stride, elements
-  int scale_kind;        // 0 none, 1 f32, 2 bf16
+  int64_t ldw;     // weight row stride, elements
+  int scale_kind;  // 0 none, 1 f32, 2 bf16
   int64_t scale_ld, block_rows, block_cols;
   const float* x;
   int64_t ldx;
   float* out;
   int64_t ldo;
-  int64_t M;             // rows of x (plain) or of out (grouped: tokens * k)
+  int64_t M;  // rows of x (plain) or of out (grouped: tokens * k)
   int64_t split_len;
   int splits;
-  float* partial;        // [splits][M][N] for split-parallel launches with splits > 1
-  int* counters;         // per output tile: splits finished (the last one reduces, resets)
-  bool vec_w, vec_x;     // 16-byte loads allowed
+  float* partial;     // [splits][M][N] for split-parallel launches with splits > 1
+  int* counters;      // per output tile: splits finished (the last one reduces, resets)
+  bool vec_w, vec_x;  // 16-byte loads allowed
   // Plain launches read `single`; grouped launches read mats[group] and take their rows from
   // group_rows[group_offset[g] .. group_offset[g + 1]): out row r, x row r / x_div.
   MatPtr single;
@@ -41,7 +41,13 @@ struct Params {
   // slices past *n_active have nothing to do.
   const int32_t* active;
   const int32_t* n_active;
+  // Grouped launches of the tiled kernel: slice z's first tile of kTiledTokens rows among all
+  // slices' tiles ([*n_active + 1], ascending); a CTA takes one tile of that list.
+  const int32_t* tile_start;
 };
+
+// Rows of x per CTA of the tiled kernel (matmul_tiled.cu).
+constexpr int kTiledTokens = 64;
 
 // The group a grouped launch's slice serves, or -1.
 __device__ __forceinline__ int group_of_slice(const Params& p) {
@@ -49,7 +55,27 @@ __device__ __forceinline__ int group_of_slice(const Params& p) {
   return z < *p.n_active ? p.active[z] : -1;
 }
 
-__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n, int64_t k) {
+// The x row and out row of each of a CTA's n token rows from m0 (-1 past the group's rows);
+// grouped launches read them from the group's row list (out row r, x row r / x_div).
+template <bool kGrouped>
+__device__ __forceinline__ void fill_rows(const Params& p, const int32_t* rows, int64_t m0,
+                                          int64_t rows_here, int n, int64_t* x_row,
+                                          int64_t* o_row) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t m = m0 + i;
+    if (m >= rows_here) {
+      x_row[i] = o_row[i] = -1;
+    } else if constexpr (kGrouped) {
+      o_row[i] = rows[m];
+      x_row[i] = rows[m] / p.x_div;
+    } else {
+      o_row[i] = x_row[i] = m;
+    }
+  }
+}
+
+__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n,
+                                          int64_t k) {
   const int64_t i = (n / p.block_rows) * p.scale_ld + k / p.block_cols;
   if (p.scale_kind == 1) return static_cast<const float*>(scale)[i];
   return __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[i]);
@@ -88,5 +114,10 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
+
+// Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
+// weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list).
+bool tiled_supports(const Params& p, bool grouped);
+void run_tiled(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 }  // namespace hibana::cuda::mm

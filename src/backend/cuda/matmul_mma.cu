@@ -24,6 +24,7 @@
 #include <memory>
 
 #include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/mma_common.cuh"
 
 namespace hibana::cuda::mm {
 
@@ -42,67 +43,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // not reached: CudaBackend refuses GPUs below sm_80
-#endif
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ float low_of(uint32_t v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float high_of(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
-
-// Two f32 values as three bf16x2 terms, x = h + m + l (the subtractions are exact).
-struct Split3 {
-  uint32_t h, m, l;
-};
-__device__ __forceinline__ Split3 split3(float x0, float x1) {
-  Split3 s;
-  s.h = pack_bf16(x0, x1);
-  float r0 = x0 - low_of(s.h), r1 = x1 - high_of(s.h);
-  s.m = pack_bf16(r0, r1);
-  r0 -= low_of(s.m);
-  r1 -= high_of(s.m);
-  s.l = pack_bf16(r0, r1);
-  return s;
-}
-
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
-  return pack_bf16(f.x, f.y);
-}
-
-// The A fragment of the j-th k16 product of a chunk, from the lane's 16 bytes of rows g (ra)
-// and g + 8 (rb): positions (2t, 2t+1) take the lane's elements 4j, 4j+1 and positions
-// (2t+8, 2t+9) its elements 4j+2, 4j+3.
-template <Elt E>
-__device__ __forceinline__ void a_fragment(const uint4& ra, const uint4& rb, int j, uint32_t (&a)[4]) {
-  const uint32_t* wa = reinterpret_cast<const uint32_t*>(&ra);
-  const uint32_t* wb = reinterpret_cast<const uint32_t*>(&rb);
-  if constexpr (E == Elt::bf16) {
-    a[0] = wa[2 * j];
-    a[1] = wb[2 * j];
-    a[2] = wa[2 * j + 1];
-    a[3] = wb[2 * j + 1];
-  } else {
-    a[0] = fp8x2_to_bf16x2(wa[j] & 0xffffu);
-    a[1] = fp8x2_to_bf16x2(wb[j] & 0xffffu);
-    a[2] = fp8x2_to_bf16x2(wa[j] >> 16);
-    a[3] = fp8x2_to_bf16x2(wb[j] >> 16);
-  }
-}
-
 __device__ __forceinline__ float4 load_x4(const float* p, bool vec) {
   if (vec) return __ldg(reinterpret_cast<const float4*>(p));
   return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
@@ -113,9 +53,9 @@ __device__ __forceinline__ float4 load_x4(const float* p, bool vec) {
 template <Elt E, int NT, bool kSerial, bool kGrouped, int U>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Params p) {
   constexpr int esize = EltInfo<E>::size;
-  constexpr int VE = 16 / esize;                    // weight elements per 16-byte load
-  constexpr int KC = 4 * VE;                        // k per chunk (the 4 lanes of a row)
-  constexpr int MMAS = VE / 4;                      // k16 products per chunk
+  constexpr int VE = 16 / esize;  // weight elements per 16-byte load
+  constexpr int KC = 4 * VE;      // k per chunk (the 4 lanes of a row)
+  constexpr int MMAS = VE / 4;    // k16 products per chunk
   constexpr int BM = 8 * NT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
@@ -136,17 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
   if (m0 >= rows_here) return;
 
   __shared__ int64_t x_row[BM], o_row[BM];
-  for (int i = threadIdx.x; i < BM; i += blockDim.x) {
-    const int64_t m = m0 + i;
-    if (m >= rows_here) {
-      x_row[i] = o_row[i] = -1;
-    } else if constexpr (kGrouped) {
-      o_row[i] = rows[m];
-      x_row[i] = rows[m] / p.x_div;
-    } else {
-      o_row[i] = x_row[i] = m;
-    }
-  }
+  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, x_row, o_row);
   __syncthreads();
 
   const int64_t rA = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g, rB = rA + 8;
@@ -196,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][i] = ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
     }
-    auto load = [&](uint4 (&wa)[U], uint4 (&wb)[U], int64_t k0) {
+    auto load = [&](uint4(&wa)[U], uint4(&wb)[U], int64_t k0) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t gk = k0 + u * KC + t * VE;
@@ -205,7 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
         wb[u] = in && okB ? load_stream(wB + gk * esize) : make_uint4(0, 0, 0, 0);
       }
     };
-    auto multiply = [&](const uint4 (&wa)[U], const uint4 (&wb)[U], int64_t k0, int slot) {
+    auto multiply = [&](const uint4(&wa)[U], const uint4(&wb)[U], int64_t k0, int slot) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t ck = k0 + u * KC;
@@ -255,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
     };
     // One stage: the next one's weights (and staged activations) load while this one is
     // multiplied. Every warp of the CTA runs the same stages, so the barriers are uniform.
-    auto step = [&](uint4 (&wa)[U], uint4 (&wb)[U], uint4 (&na)[U], uint4 (&nb)[U], int64_t k0,
+    auto step = [&](uint4(&wa)[U], uint4(&wb)[U], uint4(&na)[U], uint4(&nb)[U], int64_t k0,
                     int slot) {
       const bool more = k0 + KI < k_end;
       if (more) load(na, nb, k0 + KI);
@@ -307,7 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
   for_outputs([&](int64_t orow, int64_t n, float v) {
     p.partial[(static_cast<int64_t>(my_split) * p.M + orow) * p.N + n] = v;
   });
-  const int64_t tile = (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
+  const int64_t tile =
+      (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
   if (!last_to_finish(p.counters + tile, p.splits)) return;
   for_outputs([&](int64_t orow, int64_t n, float) {
     float v = __ldcg(p.partial + orow * p.N + n);
@@ -319,7 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
 template <Elt E, int NT, bool kSerial, int U = NT == 1 ? 4 : kStagedK / (64 / EltInfo<E>::size)>
 void launch(const Params& p, bool grouped, int64_t m_tiles, int groups) {
   dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
-            static_cast<unsigned>(m_tiles * (kSerial ? 1 : p.splits)), static_cast<unsigned>(groups));
+            static_cast<unsigned>(m_tiles * (kSerial ? 1 : p.splits)),
+            static_cast<unsigned>(groups));
   if (grouped) {
     mma_kernel<E, NT, kSerial, true, U><<<grid, kWarps * 32, 0, stream()>>>(p);
   } else {
@@ -350,6 +282,8 @@ bool mma_supports(const Params& p, Elt elt) {
 
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
+  if (max_rows > kParallelRows && tiled_supports(p, grouped))
+    return run_tiled(p, elt, grouped, max_rows, groups);
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;
   if (parallel) partial = split_scratch(p, kRowsPerCta, max_rows <= 8 ? 8 : 32, max_rows, groups);

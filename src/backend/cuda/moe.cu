@@ -63,10 +63,12 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
   return *slot;
 }
 
-// Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), and the
-// experts that got any, ascending (active[0 .. *n_active)).
+// Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), the
+// experts that got any, ascending (active[0 .. *n_active)), and where each active expert's
+// tiles start in the tiled matmul's list (tile_start[0 .. *n_active]).
 __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
-                                       int32_t* rows, int32_t* active, int32_t* n_active) {
+                                       int32_t* rows, int32_t* active, int32_t* n_active,
+                                       int32_t* tile_start) {
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
   int32_t* cursor = counts + E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
@@ -77,14 +79,19 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t run = 0, used = 0;
+    int32_t run = 0, used = 0, tiles = 0;
     for (int e = 0; e < E; ++e) {
       offsets[e] = run;
       cursor[e] = run;
       run += counts[e];
-      if (counts[e] > 0) active[used++] = e;
+      if (counts[e] > 0) {
+        tile_start[used] = tiles;
+        tiles += (counts[e] + mm::kTiledTokens - 1) / mm::kTiledTokens;
+        active[used++] = e;
+      }
     }
     offsets[E] = run;
+    tile_start[used] = tiles;
     *n_active = used;
   }
   __syncthreads();
@@ -121,18 +128,20 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // At most min(E, T * k) experts are used: the grouped launches have that many slices.
   const int slices = static_cast<int>(std::min<int64_t>(E, pairs));
   Scratch offsets((E + 1) * sizeof(int32_t)), rows(pairs * sizeof(int32_t)),
-      active((E + 1) * sizeof(int32_t));
+      active((2 * E + 2) * sizeof(int32_t));
   int32_t* n_active = active.as<int32_t>() + E;
+  int32_t* tile_start = n_active + 1;
   group_by_expert_kernel<<<1, 1024, 2 * E * sizeof(int32_t), stream()>>>(
-      ids.ptr<int32_t>(), pairs, E, offsets.as<int32_t>(), rows.as<int32_t>(),
-      active.as<int32_t>(), n_active);
+      ids.ptr<int32_t>(), pairs, E, offsets.as<int32_t>(), rows.as<int32_t>(), active.as<int32_t>(),
+      n_active, tile_start);
   launched("group_by_expert_kernel");
 
   Scratch gate(pairs * I * sizeof(float)), up(pairs * I * sizeof(float)),
       y(pairs * H * sizeof(float));
   Tensor gt(gate.as<float>(), DType::f32, {pairs, I}, Device::cuda);
   Tensor ut(up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
-  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst) {
+  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div,
+                     float* dst) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -145,6 +154,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.x_div = x_div;
     p.active = active.as<int32_t>();
     p.n_active = n_active;
+    p.tile_start = tile_start;
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt_of(w0.w.dtype), true, T, slices);
   };
@@ -153,8 +163,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>());
   moe_combine_kernel<<<blocks_for(T * H, 256), 256, 0, stream()>>>(
-      y.as<float>(), weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(),
-      ld(out));
+      y.as<float>(), weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(), ld(out));
   launched("moe_combine_kernel");
 }
 

@@ -1,0 +1,277 @@
+// Tensor-core matmul for large batches (prefill): a CTA computes a tile of 128 weight rows x 64
+// tokens, streaming K through shared memory in stages of 64 (cp.async, three stages in flight),
+// so every weight byte read from memory serves 64 tokens and every activation 128 rows.
+//
+// Same arithmetic as the small-batch kernel (matmul_mma.cu), bit for bit: the activations of a
+// stage are split once into their three bf16 terms (x = h + m + l) in shared memory, and each
+// output element is built from the same sequence of m16n8k16 products — the same k positions
+// in the same fragment places, chunk by chunk with k ascending, three chains folded as
+// h + (m + l) where a scale block or a split ends, splits added in order. So a token's outputs
+// do not depend on which kernel ran or on the batch it came in.
+//
+// Shared memory is swizzled so that a quarter-warp's 16-byte weight loads and a half-warp's
+// 8-byte activation loads each touch every bank once.
+#include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/mma_common.cuh"
+
+namespace hibana::cuda::mm {
+
+namespace {
+
+constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
+constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
+constexpr int kThreads = 256;
+constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
+constexpr int kStages = 3;
+constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
+
+template <Elt E>
+struct Tile {
+  static constexpr int esize = EltInfo<E>::size;
+  static constexpr int VE = 16 / esize;              // weight elements per 16 bytes
+  static constexpr int KC = 4 * VE;                  // k per chunk: bf16 32, fp8 64
+  static constexpr int kChunks = kStageK / KC;       // chunks per stage
+  static constexpr int kMmas = VE / 4;               // k16 products per chunk
+  static constexpr int kRowBytes = kStageK * esize;  // of a weight row per stage: 128 or 64
+  static constexpr int kWBytes = kTileRows * kRowBytes;
+  static constexpr int kXBytes = kTileTokens * kStageK * 4;
+  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kSplitBytes = 3 * kTileTokens * kTermWords * 4;
+  static constexpr int kSmem = kStages * kStageBytes + kSplitBytes;
+
+  // Byte offset of 16-byte piece `piece` of weight row `row` within a stage: 128-byte rows put
+  // odd rows' pieces in the other half of the banks (a quarter-warp reads rows g, g+1).
+  __device__ static int w_offset(int row, int piece) {
+    if constexpr (kRowBytes == 128) piece ^= (row & 1) << 2;
+    return row * kRowBytes + 16 * piece;
+  }
+  // Word of token `tok`'s term row holding the bf16 pair at k = 2 * word of the stage.
+  __device__ static int x_word(int tok, int word) {
+    if constexpr (E == Elt::bf16) return word ^ ((tok & 1) << 4) ^ (tok & 2);
+    return word ^ ((tok & 3) << 1);
+  }
+};
+
+template <Elt E, bool kGrouped>
+__global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
+  using T = Tile<E>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint32_t* split = reinterpret_cast<uint32_t*>(smem + kStages * T::kStageBytes);  // [3][tok][w]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  MatPtr mat = p.single;
+  int64_t rows_here = p.M, m_tile = blockIdx.y;
+  const int32_t* rows = nullptr;
+  if constexpr (kGrouped) {  // blockIdx.y picks one tile of the list of every group's tiles
+    const int n = *p.n_active, y = blockIdx.y;
+    if (y >= p.tile_start[n]) return;
+    int lo = 0, hi = n - 1;  // the last slice whose first tile is <= y
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.tile_start[mid] <= y)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int grp = p.active[lo];
+    m_tile = y - p.tile_start[lo];
+    mat = p.mats[grp];
+    rows = p.group_rows + p.group_offset[grp];
+    rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
+  }
+  const int64_t m0 = m_tile * kTileTokens;
+  if (m0 >= rows_here) return;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+
+  __shared__ int64_t x_row[kTileTokens], o_row[kTileTokens];
+  fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, x_row, o_row);
+  __syncthreads();
+
+  const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
+  const int64_t stages = (p.K + kStageK - 1) / kStageK;
+  // Stage kt's weights and raw activations into slot kt % kStages; pieces past K or past the
+  // tile's rows are zeros.
+  auto load_stage = [&](int64_t kt) {
+    unsigned char* base = smem + (kt % kStages) * T::kStageBytes;
+    const int64_t k0 = kt * kStageK;
+    constexpr int kWPieces = T::kWBytes / 16, kPiecesPerRow = T::kRowBytes / 16;
+    for (int i = threadIdx.x; i < kWPieces; i += kThreads) {
+      const int row = i / kPiecesPerRow, piece = i % kPiecesPerRow;
+      const int64_t n = n0 + row, k = k0 + piece * T::VE;
+      const bool ok = n < p.N && k < p.K;
+      cp_async16(base + T::w_offset(row, piece),
+                 wbase + ((ok ? n : 0) * p.ldw + (ok ? k : 0)) * T::esize, ok);
+    }
+    float* xs = reinterpret_cast<float*>(base + T::kWBytes);
+    for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
+      const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
+      const int64_t r = x_row[tok], k = k0 + 4 * q;
+      const bool ok = r >= 0 && k < p.K;
+      cp_async16(xs + tok * kStageK + 4 * q, p.x + (ok ? r * p.ldx + k : 0), ok);
+    }
+  };
+  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words.
+  auto split_stage = [&](int slot) {
+    const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
+    for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
+      const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
+      const float4 v = *reinterpret_cast<const float4*>(xs + tok * kStageK + 4 * q);
+      const Split3 a = split3(v.x, v.y), b = split3(v.z, v.w);
+      const int w = tok * kTermWords + T::x_word(tok, 2 * q);
+      constexpr int kTerm = kTileTokens * kTermWords;
+      *reinterpret_cast<uint2*>(split + w) = make_uint2(a.h, b.h);
+      *reinterpret_cast<uint2*>(split + kTerm + w) = make_uint2(a.m, b.m);
+      *reinterpret_cast<uint2*>(split + 2 * kTerm + w) = make_uint2(a.l, b.l);
+    }
+  };
+
+  // Warp (wr, wc): rows wr*32 + [0, 32) as two m16 tiles, tokens wc*32 + [0, 32) as four n8.
+  const int wr = (warp % 4) * 32, wc = (warp / 4) * 32;
+  float total[2][4][4], ch[2][4][4], cm[2][4][4], cl[2][4][4], acc[2][4][4];
+  auto clear = [](float(&c)[2][4][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c[mt][nt][i] = 0.0f;
+  };
+  clear(ch), clear(cm), clear(cl), clear(acc), clear(total);
+  const bool scaled = mat.scale != nullptr;
+  // A split ends: its sum joins the total (splits added in order, the first one as is).
+  auto end_split = [&](bool first) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float v = scaled ? acc[mt][nt][i] : ch[mt][nt][i] + (cm[mt][nt][i] + cl[mt][nt][i]);
+          total[mt][nt][i] = first ? v : total[mt][nt][i] + v;
+          ch[mt][nt][i] = cm[mt][nt][i] = cl[mt][nt][i] = acc[mt][nt][i] = 0.0f;
+        }
+  };
+
+  auto compute = [&](int slot, int64_t k0) {
+    const unsigned char* ws = smem + slot * T::kStageBytes;
+    const int64_t split_begin = k0 / p.split_len * p.split_len;
+    const int64_t k_end = min(p.K, split_begin + p.split_len);
+#pragma unroll
+    for (int c = 0; c < T::kChunks; ++c) {
+      const int64_t ck = k0 + c * T::KC;
+      if (ck >= p.K) break;  // the same for the whole CTA
+      uint4 ra[2], rb[2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int row = wr + mt * 16 + g;
+        ra[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row, c * 4 + t));
+        rb[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row + 8, c * 4 + t));
+      }
+#pragma unroll
+      for (int j = 0; j < T::kMmas; ++j) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
+        const int word = (c * T::KC + t * T::VE + 4 * j) / 2;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int tok = wc + nt * 8 + g;
+          const int w = tok * kTermWords + T::x_word(tok, word);
+          constexpr int kTerm = kTileTokens * kTermWords;
+          const uint2 h = *reinterpret_cast<const uint2*>(split + w);
+          const uint2 m = *reinterpret_cast<const uint2*>(split + kTerm + w);
+          const uint2 l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
+            mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
+            mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l.x, l.y);
+          }
+        }
+      }
+      // Scaled formats: each scale block's sum is scaled and added as the block ends.
+      const int64_t cend = ck + T::KC;
+      if (scaled && (cend % p.block_cols == 0 || cend >= k_end)) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int64_t rA = n0 + wr + mt * 16 + g, rB = rA + 8;
+          const float sa = rA < p.N ? scale_at(p, mat.scale, rA, ck) : 0.0f;
+          const float sb = rB < p.N ? scale_at(p, mat.scale, rB, ck) : 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              acc[mt][nt][i] = fmaf(ch[mt][nt][i] + (cm[mt][nt][i] + cl[mt][nt][i]),
+                                    i < 2 ? sa : sb, acc[mt][nt][i]);
+              ch[mt][nt][i] = cm[mt][nt][i] = cl[mt][nt][i] = 0.0f;
+            }
+        }
+      }
+    }
+  };
+
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages) load_stage(s);
+    cp_async_commit();
+  }
+  for (int64_t kt = 0; kt < stages; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt has landed; every warp is done with the previous split terms
+    split_stage(static_cast<int>(kt % kStages));
+    if (kt + kStages - 1 < stages) load_stage(kt + kStages - 1);
+    cp_async_commit();
+    __syncthreads();  // the split terms are visible
+    const int64_t k0 = kt * kStageK;
+    if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
+    compute(static_cast<int>(kt % kStages), k0);
+  }
+  end_split(p.K <= p.split_len);
+
+  // Lane outputs: c[0], c[1] are row g of the m tile for tokens 2t, 2t+1 of the n tile; c[2],
+  // c[3] row g + 8.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = n0 + wr + mt * 16 + g + (i < 2 ? 0 : 8);
+        const int64_t orow = o_row[wc + nt * 8 + 2 * t + (i & 1)];
+        if (orow >= 0 && n < p.N) p.out[orow * p.ldo + n] = total[mt][nt][i];
+      }
+}
+
+template <Elt E, bool kGrouped>
+void launch(const Params& p, int64_t max_rows, int groups) {
+  constexpr int smem = Tile<E>::kSmem;
+  static bool configured = false;  // per instantiation; the first launch happens on one thread
+  if (!configured) {
+    HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  // Grouped: every group's tiles in one list, at most one partial tile per group.
+  const int64_t tiles = kGrouped ? (p.M + kTileTokens - 1) / kTileTokens + groups
+                                 : (max_rows + kTileTokens - 1) / kTileTokens;
+  dim3 grid(static_cast<unsigned>((p.N + kTileRows - 1) / kTileRows), static_cast<unsigned>(tiles));
+  tiled_kernel<E, kGrouped><<<grid, kThreads, smem, stream()>>>(p);
+  launched("tiled_kernel");
+}
+
+}  // namespace
+
+bool tiled_supports(const Params& p, bool grouped) {
+  return p.vec_x && (!grouped || p.tile_start != nullptr);
+}
+
+void run_tiled(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
+  if (elt == Elt::bf16) {
+    grouped ? launch<Elt::bf16, true>(p, max_rows, groups)
+            : launch<Elt::bf16, false>(p, max_rows, groups);
+  } else {
+    grouped ? launch<Elt::fp8, true>(p, max_rows, groups)
+            : launch<Elt::fp8, false>(p, max_rows, groups);
+  }
+}
+
+}  // namespace hibana::cuda::mm

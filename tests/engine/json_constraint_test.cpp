@@ -54,6 +54,22 @@ TEST(JsonRecogniser, ClosingCompletesAnyPrefix) {
   }
 }
 
+// The request's text in `table`'s bytes, closed by the constraint if it ran out of tokens.
+std::string run_constrained(Engine& engine, const GenerationRequest& r,
+                            const std::vector<std::string>& table, const JsonConstraint& c) {
+  auto s = engine.submit(r);
+  std::string text;
+  StreamEvent ev;
+  while (s->next(ev, SteadyClock::now() + std::chrono::seconds(60))) {
+    if (ev.kind == StreamEvent::Kind::finished) {
+      if (ev.finish == FinishReason::length) text += c.closing();
+      break;
+    }
+    text += table[ev.token];
+  }
+  return text;
+}
+
 // The constraint over a real model: whatever the weights, the output is one JSON object.
 TEST(JsonConstraint, ForcesAValidObjectFromAnyModel) {
   std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next");
@@ -74,18 +90,7 @@ TEST(JsonConstraint, ForcesAValidObjectFromAnyModel) {
     r.sampling.seed = seed;
     auto c = std::make_shared<JsonConstraint>(table, std::vector<int32_t>{0});
     r.processor = c;
-    auto s = engine.submit(r);
-    std::string text;
-    StreamEvent ev;
-    FinishReason fin = FinishReason::none;
-    while (s->next(ev, SteadyClock::now() + std::chrono::seconds(60))) {
-      if (ev.kind == StreamEvent::Kind::finished) {
-        fin = ev.finish;
-        break;
-      }
-      text += (*table)[ev.token];
-    }
-    if (fin == FinishReason::length) text += c->closing();
+    const std::string text = run_constrained(engine, r, *table, *c);
     EXPECT_TRUE(nlohmann::json::accept(text)) << text;
     EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
   }
@@ -159,18 +164,7 @@ TEST(JsonConstraint, ForcesASchemaValidDocumentFromAnyModel) {
     r.sampling.seed = seed;
     auto c = std::make_shared<JsonConstraint>(trie, std::vector<int32_t>{0}, schema);
     r.processor = c;
-    auto s = engine.submit(r);
-    std::string text;
-    StreamEvent ev;
-    FinishReason fin = FinishReason::none;
-    while (s->next(ev, SteadyClock::now() + std::chrono::seconds(60))) {
-      if (ev.kind == StreamEvent::Kind::finished) {
-        fin = ev.finish;
-        break;
-      }
-      text += (*table)[ev.token];
-    }
-    if (fin == FinishReason::length) text += c->closing();
+    const std::string text = run_constrained(engine, r, *table, *c);
     JsonRecogniser check(schema);
     EXPECT_TRUE(check.feed(text) && check.complete()) << text;
     auto j = nlohmann::json::parse(text, nullptr, false);

@@ -14,35 +14,14 @@ namespace {
 using testing::HasSubstr;
 using testing::StartsWith;
 
-class EngineE2E : public testing::Test {
+class EngineE2E : public RealEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    model_ = server::ServedModel::open(tiny_model_dir(), {"hibana-tiny"}, real_service());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override { server_ = std::make_unique<TestServer>(model_); }
-  void TearDown() override {
-    server_.reset();
-    EXPECT_TRUE(eventually(
-        [] {
-          auto m = real_service()->metrics();
-          return m.running == 0 && m.waiting == 0;
-        },
-        std::chrono::seconds(30)))
-        << "the engine is not idle after the test";
-  }
-
   static json greedy(json extra = json::object()) {
     json j = {{"temperature", 0}};
     for (auto& [k, v] : extra.items()) j[k] = v;
     return j;
   }
-
-  static std::shared_ptr<server::ServedModel> model_;
-  std::unique_ptr<TestServer> server_;
 };
-
-std::shared_ptr<server::ServedModel> EngineE2E::model_;
 
 // 1. Non-streaming chat shape and exact usage.
 TEST_F(EngineE2E, ChatCompletionShapeAndUsage) {

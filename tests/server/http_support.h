@@ -145,4 +145,28 @@ class HttpApi : public testing::Test {
   std::unique_ptr<TestServer> server;
 };
 
+// A server over the embedded model and the real engine: the model opened once per suite, a
+// fresh server per test, and the engine idle again after each test.
+class RealEngineTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = server::ServedModel::open(tiny_model_dir(), {"hibana-tiny"}, real_service());
+  }
+  static void TearDownTestSuite() { model_.reset(); }
+  void SetUp() override { server_ = std::make_unique<TestServer>(model_); }
+  void TearDown() override {
+    server_.reset();
+    EXPECT_TRUE(eventually(
+        [] {
+          auto m = real_service()->metrics();
+          return m.running == 0 && m.waiting == 0;
+        },
+        std::chrono::seconds(30)))
+        << "the engine is not idle after the test";
+  }
+
+  static inline std::shared_ptr<server::ServedModel> model_;
+  std::unique_ptr<TestServer> server_;
+};
+
 }  // namespace hibana::test

@@ -9,24 +9,8 @@
 namespace hibana::test {
 namespace {
 
-class JsonSchemaE2E : public testing::Test {
+class JsonSchemaE2E : public RealEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    model_ = server::ServedModel::open(tiny_model_dir(), {"hibana-tiny"}, real_service());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override { server_ = std::make_unique<TestServer>(model_); }
-  void TearDown() override {
-    server_.reset();
-    EXPECT_TRUE(eventually(
-        [] {
-          auto m = real_service()->metrics();
-          return m.running == 0 && m.waiting == 0;
-        },
-        std::chrono::seconds(30)))
-        << "the engine is not idle after the test";
-  }
-
   // A greedy chat request; returns the reply.
   Reply chat(json extra, const std::string& prompt = "Weather in Paris?") {
     extra["max_tokens"] = 200;
@@ -51,12 +35,7 @@ class JsonSchemaE2E : public testing::Test {
         choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>(), nullptr,
         false);
   }
-
-  static std::shared_ptr<server::ServedModel> model_;
-  std::unique_ptr<TestServer> server_;
 };
-
-std::shared_ptr<server::ServedModel> JsonSchemaE2E::model_;
 
 bool one_of(const json& v, std::initializer_list<const char*> values) {
   for (const char* x : values) {

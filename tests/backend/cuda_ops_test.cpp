@@ -50,6 +50,39 @@ class CudaOps : public testing::Test {
     return worst;
   }
 
+  // Attention over a whole batch (host and device layouts of the same tokens) on the CPU, the
+  // reference, and on the GPU, from random q/k/v seeded from `seed`: the GPU's outputs must be
+  // within 1e-5 of the CPU's; its inputs stay for single-token comparisons.
+  struct AttentionBatch {
+    Tensor qd, kd, vd;
+    std::vector<float> got;
+  };
+  AttentionBatch attention_batch(int64_t heads, int64_t kvh, int64_t hd, int64_t pages,
+                                 int64_t page, uint32_t seed, const BatchLayout& host,
+                                 const BatchLayout& dev) {
+    const int64_t T = host.num_tokens;
+    auto q = randn(T * heads * hd, seed), k = randn(T * kvh * hd, seed + 1),
+         v = randn(T * kvh * hd, seed + 2);
+    std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
+    Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
+        vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
+    cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
+                  Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, host);
+    cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, host,
+                   Tensor(ref.data(), DType::f32, {T, heads * hd}));
+    AttentionBatch b;
+    std::vector<float> zeros(kp.size(), 0.0f);
+    b.kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+    b.vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+    b.qd = upload(q.data(), DType::f32, {T, heads * hd});
+    gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
+                  upload(v.data(), DType::f32, {T, kvh * hd}), b.kd, b.vd, dev);
+    Tensor out = device_f32(T, heads * hd);
+    gpu->attention(b.qd, heads, b.kd, b.vd, 0.125f, dev, out);
+    b.got = download(out);
+    EXPECT_LT(max_abs_diff(b.got, ref), 1e-5f);
+    return b;
+  }
   void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
 
   std::unique_ptr<Backend> gpu, cpu;
@@ -153,7 +186,6 @@ TEST_F(CudaOps, MatmulUnalignedShapesMatchCpu) {
 
 TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
   const int64_t T = 600, heads = 4, kvh = 2, hd = 64, page = 64, pages = (T + page - 1) / page;
-  auto q = randn(T * heads * hd, 1), k = randn(T * kvh * hd, 2), v = randn(T * kvh * hd, 3);
   std::vector<int32_t> pos(T), seq(T, 0), start = {0, static_cast<int32_t>(T)}, table(pages),
                                           slot(T), state = {-1}, snap(T, -1);
   for (int64_t i = 0; i < T; ++i) pos[i] = slot[i] = static_cast<int32_t>(i);
@@ -180,31 +212,14 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
     l.snapshot_slot = make(snap.data() + t0, n);
     return l;
   };
-  std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
-  Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
-      vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
-  BatchLayout hl = layout_on(false, 0, T);
-  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
-                Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, hl);
-  cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, hl,
-                 Tensor(ref.data(), DType::f32, {T, heads * hd}));
-
-  std::vector<float> zeros(kp.size(), 0.0f);
-  Tensor kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-  Tensor vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-  BatchLayout dl = layout_on(true, 0, T);
-  Tensor qd = upload(q.data(), DType::f32, {T, heads * hd});
-  gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
-                upload(v.data(), DType::f32, {T, kvh * hd}), kd, vd, dl);
-  Tensor out = device_f32(T, heads * hd);
-  gpu->attention(qd, heads, kd, vd, 0.125f, dl, out);
-  std::vector<float> got = download(out);
-  EXPECT_LT(max_abs_diff(got, ref), 1e-5f);
+  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 1, layout_on(false, 0, T),
+                                             layout_on(true, 0, T));
+  const std::vector<float>& got = all.got;
 
   // The last token on its own (a decode step) gives the same bits as inside the prefill.
   BatchLayout one = layout_on(true, T - 1, 1);
   Tensor last = device_f32(1, heads * hd);
-  gpu->attention(qd.slice_rows(T - 1, T), heads, kd, vd, 0.125f, one, last);
+  gpu->attention(all.qd.slice_rows(T - 1, T), heads, all.kd, all.vd, 0.125f, one, last);
   std::vector<float> alone = download(last);
   EXPECT_EQ(
       std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0);
@@ -271,33 +286,16 @@ void CudaOps::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
     l.snapshot_slot = make(snap.data() + first, l.num_tokens);
     return l;
   };
-  auto q = randn(T * heads * hd, 21), k = randn(T * kvh * hd, 22), v = randn(T * kvh * hd, 23);
-  std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
-  Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
-      vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
-  BatchLayout hl = layout(false, -1, 0, T);
-  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
-                Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, hl);
-  cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, hl,
-                 Tensor(ref.data(), DType::f32, {T, heads * hd}));
-
-  std::vector<float> zeros(kp.size(), 0.0f);
-  Tensor kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-  Tensor vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-  gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
-                upload(v.data(), DType::f32, {T, kvh * hd}), kd, vd, layout(true, -1, 0, T));
-  Tensor qd = upload(q.data(), DType::f32, {T, heads * hd});
-  Tensor out = device_f32(T, heads * hd);
-  gpu->attention(qd, heads, kd, vd, 0.125f, layout(true, -1, 0, T), out);
-  std::vector<float> got = download(out);
-  EXPECT_LT(max_abs_diff(got, ref), 1e-5f);
+  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 21,
+                                             layout(false, -1, 0, T), layout(true, -1, 0, T));
+  const std::vector<float>& got = all.got;
 
   const int64_t row = heads * hd;
   auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
     Tensor part = device_f32(n, row);
     const int64_t first = start[s] + t0;
-    gpu->attention(qd.slice_rows(first, first + n), heads, kd, vd, 0.125f, layout(true, s, t0, n),
-                   part);
+    gpu->attention(all.qd.slice_rows(first, first + n), heads, all.kd, all.vd, 0.125f,
+                   layout(true, s, t0, n), part);
     std::vector<float> mine = download(part);
     return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
   };

@@ -2,11 +2,11 @@
 //
 // A token's keys are cut into fixed splits of kSplit absolute positions. One CTA per (token,
 // KV head, split) runs an online softmax over its split, one warp per query head of the group,
-// sharing each 32-key tile of K and V through shared memory; a second kernel merges the splits
-// of each (token, head) in split order. Split boundaries depend only on positions, so a token's
-// output does not depend on the batch it came in or on how its prompt was chunked.
+// sharing each 32-key tile of K and V through shared memory (prefill: blocks of tokens per CTA,
+// attention_tiled.cu); a second kernel merges the splits of each (token, head) in split order.
+// Split boundaries depend only on positions, so a token's output does not depend on the batch
+// it came in or on how its prompt was chunked.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <memory>
 
@@ -33,46 +33,30 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   vp[dst] = v[t * ldv + h * hd + d];
 }
 
-// CTA = (block of tokens of one sequence, KV head, split); warp = (query head of the group,
-// TQ consecutive tokens of the block). Every token's arithmetic is the same whatever TQ and the
-// block size (keys in 32-key tiles, four partial dot products per key, an online softmax per
-// tile, values added key by key), so prefill and decode agree bit for bit; tokens only share
-// the K/V tiles in shared memory and each lane's reads of them.
-template <int TQ>
+// Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
+// split), one warp per query head of the group. attention_tiled.cu repeats this arithmetic
+// exactly for blocks of tokens.
 __global__ void attention_split_kernel(AttnParams p) {
+  const int64_t t = p.t_begin + blockIdx.x;
   const int64_t kvh = blockIdx.y;
   const int split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t hd = p.hd, h = kvh * p.group + warp % p.group;
-  int64_t tb = 0, tn = 0;  // the CTA's first token, its token count
-  if (!cta_tokens(p, tb, tn)) return;
+  const int64_t qpos = p.pos[t];
   const int64_t begin = static_cast<int64_t>(split) * kSplit;
-  // This warp's tokens and where each one's keys in the split end (0: none here).
-  const int64_t t0 = tb + static_cast<int64_t>(warp / p.group) * TQ;
-  int64_t end[TQ];
-  int64_t cta_end = 0;
-  for (int i = 0; i < tn; ++i)
-    cta_end = max(cta_end, min(static_cast<int64_t>(p.pos[tb + i]) + 1, begin + kSplit));
-  if (cta_end <= begin) return;
-#pragma unroll
-  for (int k = 0; k < TQ; ++k) {
-    const bool mine = t0 + k < tb + tn;
-    end[k] = mine ? min(static_cast<int64_t>(p.pos[t0 + k]) + 1, begin + kSplit) : begin;
-  }
-  const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[tb]) * p.max_pages;
+  if (begin > qpos) return;
+  const int64_t end = min(qpos + 1, begin + kSplit);
+  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t hd = p.hd, h = kvh * group + warp;
+  const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
 
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
   // consecutive keys hit distinct banks. p.stages tiles of K and V are in flight (cp.async): the
   // next tile loads while this one is used.
   extern __shared__ float sm[];
   const int64_t kstride = kTile * (hd + 4), vstride = kTile * hd;
-  float* ks = sm;                                        // [stages][kTile][hd + 4]
-  float* vs = ks + p.stages * kstride;                   // [stages][kTile][hd]
-  float* qs = vs + p.stages * vstride + warp * TQ * hd;  // this warp's [TQ][hd]
-#pragma unroll
-  for (int k = 0; k < TQ; ++k)
-    for (int64_t d = lane; d < hd; d += 32)
-      qs[k * hd + d] = end[k] > begin ? p.q[(t0 + k) * p.ldq + h * hd + d] : 0.0f;
+  float* ks = sm;                       // [stages][kTile][hd + 4]
+  float* vs = ks + p.stages * kstride;  // [stages][kTile][hd]
+  float* qs = vs + p.stages * vstride;  // [group][hd]
+  for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   const int q4 = static_cast<int>(hd / 4);  // four values per copy (hd % 4 == 0, checked)
   auto load_tile = [&](int64_t j0, int slot) {
@@ -81,7 +65,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
       const int j = idx / q4, d = (idx % q4) * 4;
       const int64_t pj = j0 + j;
-      const bool ok = pj < cta_end;
+      const bool ok = pj < end;
       const int64_t src =
           ok ? ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d : 0;
       cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
@@ -89,15 +73,11 @@ __global__ void attention_split_kernel(AttnParams p) {
     }
   };
 
-  float acc[TQ][kMaxDimsPerLane], m_run[TQ], l_run[TQ];
+  float acc[kMaxDimsPerLane];
 #pragma unroll
-  for (int k = 0; k < TQ; ++k) {
-    m_run[k] = -INFINITY;
-    l_run[k] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) acc[k][i] = 0.0f;
-  }
-  const int ntiles = static_cast<int>((cta_end - begin + kTile - 1) / kTile);
+  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+  const int ntiles = static_cast<int>((end - begin + kTile - 1) / kTile);
   load_tile(begin, 0);
   cp_async_commit();
   for (int it = 0; it < ntiles; ++it) {
@@ -113,107 +93,52 @@ __global__ void attention_split_kernel(AttnParams p) {
     const int slot = p.stages == 2 ? (it & 1) : 0;
     const float* kt = ks + slot * kstride;
     const float* vt = vs + slot * vstride;
-    // Scores of key j0 + lane: four independent sums (one per float4 lane), added at the end.
-    float d0[TQ], d1[TQ], d2[TQ], d3[TQ];
-#pragma unroll
-    for (int k = 0; k < TQ; ++k) d0[k] = d1[k] = d2[k] = d3[k] = 0.0f;
-    const float4* kr = reinterpret_cast<const float4*>(kt + lane * (hd + 4));
-    for (int d = 0; d < q4; ++d) {
-      const float4 b = kr[d];
-#pragma unroll
-      for (int k = 0; k < TQ; ++k) {
-        const float4 a = reinterpret_cast<const float4*>(qs + k * hd)[d];
-        d0[k] = fmaf(a.x, b.x, d0[k]);
-        d1[k] = fmaf(a.y, b.y, d1[k]);
-        d2[k] = fmaf(a.z, b.z, d2[k]);
-        d3[k] = fmaf(a.w, b.w, d3[k]);
+    const bool valid = j0 + lane < end;
+    float s = -INFINITY;
+    if (valid) {
+      // Four independent sums (one per float4 lane), added at the end: a fixed order.
+      const float4* kr = reinterpret_cast<const float4*>(kt + lane * (hd + 4));
+      const float4* qr = reinterpret_cast<const float4*>(qs + warp * hd);
+      float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+      for (int d = 0; d < q4; ++d) {
+        const float4 a = qr[d], b = kr[d];
+        d0 = fmaf(a.x, b.x, d0);
+        d1 = fmaf(a.y, b.y, d1);
+        d2 = fmaf(a.z, b.z, d2);
+        d3 = fmaf(a.w, b.w, d3);
       }
+      s = ((d0 + d1) + (d2 + d3)) * p.scale;
     }
-    float pj[TQ];
-    int nvalid[TQ], most = 0;
+    const float m_new = fmaxf(m_run, warp_max(s));
+    const float pj = valid ? expf(s - m_new) : 0.0f;
+    const float alpha = expf(m_run - m_new);
+    l_run = l_run * alpha + warp_sum(pj);
+    m_run = m_new;
 #pragma unroll
-    for (int k = 0; k < TQ; ++k) {
-      pj[k] = 0.0f;
-      nvalid[k] = static_cast<int>(max(int64_t{0}, min(end[k] - j0, int64_t{kTile})));
-      most = max(most, nvalid[k]);
-      if (nvalid[k] == 0) continue;  // the same for the whole warp
-      const bool valid = lane < nvalid[k];
-      const float s = valid ? ((d0[k] + d1[k]) + (d2[k] + d3[k])) * p.scale : -INFINITY;
-      const float m_new = fmaxf(m_run[k], warp_max(s));
-      pj[k] = valid ? expf(s - m_new) : 0.0f;
-      const float alpha = expf(m_run[k] - m_new);
-      l_run[k] = l_run[k] * alpha + warp_sum(pj[k]);
-      m_run[k] = m_new;
-#pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) acc[k][i] *= alpha;
-    }
-    for (int j = 0; j < most; ++j) {
+    for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= alpha;
+    const int nvalid = static_cast<int>((end - j0 < kTile ? end - j0 : kTile));
+    for (int j = 0; j < nvalid; ++j) {
+      const float w = __shfl_sync(0xffffffffu, pj, j);
       const float* vr = vt + j * hd;
-      float v[kMaxDimsPerLane];
 #pragma unroll
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int64_t d = lane + 32 * i;
-        v[i] = d < hd ? vr[d] : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < TQ; ++k) {
-        if (j >= nvalid[k]) continue;  // the same for the whole warp
-        const float w = __shfl_sync(0xffffffffu, pj[k], j);
-#pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i) {
-          if (lane + 32 * i < hd) acc[k][i] = fmaf(w, v[i], acc[k][i]);
-        }
+        if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
       }
     }
     __syncthreads();  // the slot is refilled next
     if (p.stages == 1 && it + 1 < ntiles) load_tile(j0 + kTile, 0);
   }
+  float* out = p.partial + (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
 #pragma unroll
-  for (int k = 0; k < TQ; ++k) {
-    if (end[k] <= begin) continue;
-    float* out =
-        p.partial + (((t0 + k - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int64_t d = lane + 32 * i;
-      if (d < hd) out[d] = acc[k][i];
-    }
-    if (lane == 0) {
-      out[hd] = m_run[k];
-      out[hd + 1] = l_run[k];
-    }
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (d < hd) out[d] = acc[i];
   }
-}
-
-// Where each sequence's token blocks start among a launch's blocks (one CTA, a running sum).
-__global__ void attention_blocks_kernel(const int32_t* seq_start, int S, int64_t t0, int64_t n,
-                                        int qb, int32_t* block_start) {
-  __shared__ int32_t carry;
-  __shared__ int32_t part[1024];
-  if (threadIdx.x == 0) carry = 0;
-  for (int base = 0; base < S; base += blockDim.x) {
-    const int s = base + static_cast<int>(threadIdx.x);
-    int32_t blocks = 0;
-    if (s < S) {
-      const int64_t lo = max(static_cast<int64_t>(seq_start[s]), t0);
-      const int64_t hi = min(static_cast<int64_t>(seq_start[s + 1]), t0 + n);
-      blocks = hi > lo ? static_cast<int32_t>((hi - lo + qb - 1) / qb) : 0;
-    }
-    __syncthreads();
-    part[threadIdx.x] = blocks;
-    for (int off = 1; off < static_cast<int>(blockDim.x); off *= 2) {  // inclusive scan
-      __syncthreads();
-      const int32_t add = threadIdx.x >= static_cast<unsigned>(off) ? part[threadIdx.x - off] : 0;
-      __syncthreads();
-      part[threadIdx.x] += add;
-    }
-    __syncthreads();
-    if (s < S) block_start[s] = carry + part[threadIdx.x] - blocks;
-    __syncthreads();
-    if (threadIdx.x == blockDim.x - 1) carry += part[threadIdx.x];
+  if (lane == 0) {
+    out[hd] = m_run;
+    out[hd + 1] = l_run;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) block_start[S] = carry;
 }
 
 // One warp per (token, head): merges the token's splits in order and normalises.
@@ -277,51 +202,26 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
   const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);
-  // Prefill (some sequence has several tokens here): CTAs of up to 8 tokens (two warps of four
-  // per query head) where shared memory allows. Decode: one token per CTA.
-  struct Shape {
-    int tq, warps_per_head;
-  };
-  const bool blocks = T > layout.num_seqs;
-  auto smem_for = [&](int stages, Shape sh) {
-    return (stages * kTile * (2 * hd + 4) + group * sh.warps_per_head * sh.tq * hd) * sizeof(float);
+  // Prefill (some sequence has several tokens here) takes the register-tiled kernel, in blocks
+  // of qb tokens of one sequence, where it has a variant for this head_dim and group.
+  const int qb = T > layout.num_seqs ? tiled_block_tokens(hd, group) : 0;
+  // Per-token kernel: two K/V tiles in flight where the GPU's shared memory allows (it does on
+  // sm_90 up to head_dim 256 with 16 query heads per KV head), one otherwise.
+  auto smem_for = [&](int stages) {
+    return (stages * kTile * (2 * hd + 4) + group * hd) * sizeof(float);
   };
   static const int smem_optin = [] {
     int dev = 0, v = 0;
     HIBANA_CUDA(cudaGetDevice(&dev));
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    for (auto* k : {attention_split_kernel<1>, attention_split_kernel<4>})
-      HIBANA_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    HIBANA_CUDA(cudaFuncSetAttribute(attention_split_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, v));
     return v;
   }();
-  // The most threads a CTA of each variant can have with its registers.
-  static const std::array<int, 2> max_threads = [] {
-    cudaFuncAttributes a1{}, a4{};
-    HIBANA_CUDA(cudaFuncGetAttributes(&a1, attention_split_kernel<1>));
-    HIBANA_CUDA(cudaFuncGetAttributes(&a4, attention_split_kernel<4>));
-    return std::array<int, 2>{a1.maxThreadsPerBlock, a4.maxThreadsPerBlock};
-  }();
-  // The first shape and depth that fits: two K/V tiles in flight before more tokens per CTA.
-  const size_t limit = static_cast<size_t>(smem_optin);
-  Shape sh{1, 1};
-  int stages = 0;
-  for (int st : {2, 1}) {
-    for (Shape c : {Shape{4, 2}, Shape{4, 1}, Shape{1, 1}}) {
-      const int threads = static_cast<int>(group) * c.warps_per_head * 32;
-      if ((c.tq > 1 && !blocks) || threads > max_threads[c.tq > 1] || smem_for(st, c) > limit)
-        continue;
-      sh = c;
-      stages = st;
-      break;
-    }
-    if (stages > 0) break;
-  }
-  check(stages > 0, ErrorKind::unsupported,
+  const int stages = smem_for(2) <= static_cast<size_t>(smem_optin) ? 2 : 1;
+  const size_t smem = smem_for(stages);
+  check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
-  const size_t smem = smem_for(stages, sh);
-  // Prefill takes the register-tiled kernel where it has a variant for this head_dim and group.
-  const int tiled_qb = blocks ? tiled_block_tokens(hd, group) : 0;
-  const int qb = tiled_qb > 0 ? tiled_qb : sh.tq * sh.warps_per_head;
   // Tokens per launch: bounded so the split partials stay under 256 MiB.
   const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
   const int64_t chunk =
@@ -329,51 +229,40 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   Scratch partial(static_cast<size_t>(chunk) * per_token);
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
-  if (qb > 1) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
+  if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
-    AttnParams p{q.ptr<float>(),
-                 ld(q),
-                 k_pages.ptr<float>(),
-                 v_pages.ptr<float>(),
-                 layout.positions.ptr<int32_t>(),
-                 layout.token_seq.ptr<int32_t>(),
-                 layout.page_table.ptr<int32_t>(),
-                 layout.max_pages,
-                 page,
-                 kv_heads,
-                 heads,
-                 hd,
-                 scale,
-                 t0,
-                 n,
-                 max_splits,
-                 stages,
-                 static_cast<int>(group),
-                 nullptr,
-                 layout.seq_start.ptr<int32_t>(),
-                 S,
-                 qb,
-                 partial.as<float>()};
-    int64_t ctas = n;
-    if (qb > 1) {
-      p.block_start = block_start->as<int32_t>();
-      attention_blocks_kernel<<<1, 1024, 0, stream()>>>(p.seq_start, S, t0, n, qb,
-                                                        block_start->as<int32_t>());
-      launched("attention_blocks_kernel");
-      ctas = (n + qb - 1) / qb + S;  // at most one partial block per sequence
-    }
-    dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(kv_heads),
-              static_cast<unsigned>(max_splits));
-    const unsigned threads = static_cast<unsigned>(group * sh.warps_per_head * 32);
-    if (tiled_qb > 0) {
-      tiled_launch(p, ctas);
-    } else if (sh.tq == 4) {
-      attention_split_kernel<4><<<grid, threads, smem, stream()>>>(p);
+    AttnParams p{};
+    p.q = q.ptr<float>();
+    p.ldq = ld(q);
+    p.kp = k_pages.ptr<float>();
+    p.vp = v_pages.ptr<float>();
+    p.pos = layout.positions.ptr<int32_t>();
+    p.token_seq = layout.token_seq.ptr<int32_t>();
+    p.table = layout.page_table.ptr<int32_t>();
+    p.max_pages = layout.max_pages;
+    p.page = page;
+    p.kv_heads = kv_heads;
+    p.heads = heads;
+    p.hd = hd;
+    p.scale = scale;
+    p.t_begin = t0;
+    p.t_count = n;
+    p.max_splits = max_splits;
+    p.stages = stages;
+    p.group = static_cast<int>(group);
+    p.seq_start = layout.seq_start.ptr<int32_t>();
+    p.num_seqs = S;
+    p.block_tokens = qb;
+    p.partial = partial.as<float>();
+    if (qb > 0) {
+      tiled_launch(p, block_start->as<int32_t>());
     } else {
-      attention_split_kernel<1><<<grid, threads, smem, stream()>>>(p);
+      dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
+                static_cast<unsigned>(max_splits));
+      attention_split_kernel<<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(p);
+      launched("attention_split_kernel");
     }
-    if (tiled_qb == 0) launched("attention_split_kernel");
     attention_merge_kernel<<<blocks_for(n * heads * 32, 256), 256, 0, stream()>>>(
         partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
         out.ptr<float>(), ld(out));

@@ -18,6 +18,58 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The block of consecutive tokens of one sequence this CTA serves (binary search of the
+// per-sequence block list): first token tb, tn tokens. False when the CTA has none.
+__device__ __forceinline__ bool cta_tokens(const AttnParams& p, int64_t& tb, int64_t& tn) {
+  const int b = blockIdx.x;
+  if (b >= p.block_start[p.num_seqs]) return false;
+  int lo = 0, hi = p.num_seqs - 1;  // the last sequence whose first block is <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.block_start[mid] <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t first = max(static_cast<int64_t>(p.seq_start[lo]), p.t_begin);
+  const int64_t last = min(static_cast<int64_t>(p.seq_start[lo + 1]), p.t_begin + p.t_count);
+  tb = first + static_cast<int64_t>(b - p.block_start[lo]) * p.block_tokens;
+  tn = min(static_cast<int64_t>(p.block_tokens), last - tb);
+  return tn > 0;
+}
+
+// Where each sequence's token blocks start among a launch's blocks (one CTA, a running sum).
+__global__ void attention_blocks_kernel(const int32_t* seq_start, int S, int64_t t0, int64_t n,
+                                        int qb, int32_t* block_start) {
+  __shared__ int32_t carry;
+  __shared__ int32_t part[1024];
+  if (threadIdx.x == 0) carry = 0;
+  for (int base = 0; base < S; base += blockDim.x) {
+    const int s = base + static_cast<int>(threadIdx.x);
+    int32_t blocks = 0;
+    if (s < S) {
+      const int64_t lo = max(static_cast<int64_t>(seq_start[s]), t0);
+      const int64_t hi = min(static_cast<int64_t>(seq_start[s + 1]), t0 + n);
+      blocks = hi > lo ? static_cast<int32_t>((hi - lo + qb - 1) / qb) : 0;
+    }
+    __syncthreads();
+    part[threadIdx.x] = blocks;
+    for (int off = 1; off < static_cast<int>(blockDim.x); off *= 2) {  // inclusive scan
+      __syncthreads();
+      const int32_t add = threadIdx.x >= static_cast<unsigned>(off) ? part[threadIdx.x - off] : 0;
+      __syncthreads();
+      part[threadIdx.x] += add;
+    }
+    __syncthreads();
+    if (s < S) block_start[s] = carry + part[threadIdx.x] - blocks;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry += part[threadIdx.x];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) block_start[S] = carry;
+}
+
 template <int HD, int R>
 struct Shape {
   static constexpr int kPitch = HD + 4;  // floats per Q and K row in shared memory
@@ -271,7 +323,13 @@ int tiled_block_tokens(int64_t hd, int64_t group) {
   return static_cast<int>(R / group);
 }
 
-void tiled_launch(const AttnParams& p, int64_t ctas) {
+void tiled_launch(AttnParams p, int32_t* block_start) {
+  p.block_start = block_start;
+  attention_blocks_kernel<<<1, 1024, 0, stream()>>>(p.seq_start, p.num_seqs, p.t_begin, p.t_count,
+                                                    p.block_tokens, block_start);
+  launched("attention_blocks_kernel");
+  // At most one partial block per sequence.
+  const int64_t ctas = (p.t_count + p.block_tokens - 1) / p.block_tokens + p.num_seqs;
   switch (p.hd) {
     case 64:
       return launch<64, 128>(p, ctas);

@@ -244,12 +244,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 template <Elt E, bool kGrouped>
 void launch(const Params& p, int64_t max_rows, int groups) {
   constexpr int smem = Tile<E>::kSmem;
-  static bool configured = false;  // per instantiation; the first launch happens on one thread
-  if (!configured) {
+  static const bool configured = [] {  // once per instantiation
     HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
+    return true;
+  }();
+  (void)configured;
   // Grouped: every group's tiles in one list, at most one partial tile per group.
   const int64_t tiles = kGrouped ? (p.M + kTileTokens - 1) / kTileTokens + groups
                                  : (max_rows + kTileTokens - 1) / kTileTokens;

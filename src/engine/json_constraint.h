@@ -28,7 +28,7 @@ class JsonConstraint final : public LogitsProcessor {
   void apply(float* logits, int64_t vocab) override;
   void accept(int32_t token) override;
   bool complete() const override { return recogniser_.complete(); }
-  std::string closing() const { return recogniser_.closing(); }
+  std::string closing() const override { return recogniser_.closing(); }
 
  private:
   std::shared_ptr<const TokenTrie> vocab_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace hibana {
 
@@ -16,6 +17,11 @@ class LogitsProcessor {
   virtual void accept(int32_t token) = 0;
   // True once the constrained output is complete: the engine then ends the request (stop).
   virtual bool complete() const { return false; }
+  // Text that completes the constrained output when generation ends before complete()
+  // (max_tokens, the end of the context): the server appends it so that the output stays
+  // well-formed. Empty when complete() or when there is nothing to complete. Called once the
+  // request has finished, never while the engine is using the processor.
+  virtual std::string closing() const { return {}; }
 };
 
 }  // namespace hibana

@@ -37,6 +37,7 @@ std::unique_ptr<GenerationService> make_engine_service(std::shared_ptr<Engine> e
 
 struct Generation::Choice {
   std::shared_ptr<RequestStream> stream;
+  std::shared_ptr<const LogitsProcessor> constraint;  // the request's, read once it finished
   OutputPipeline pipeline;
   ChoiceResult result;
   bool context_limited = false;
@@ -50,6 +51,7 @@ Generation::Generation(GenerationService& service, const Tokenizer& tokenizer, G
   for (ChoicePlan& choice : plan.choices) {
     auto c = std::make_unique<Choice>(tokenizer, plan.pipeline);
     c->context_limited = choice.max_tokens_is_context_limit;
+    c->constraint = choice.request.processor;
     try {
       c->stream = service.submit(std::move(choice.request));
     } catch (const std::exception& e) {
@@ -139,7 +141,12 @@ bool Generation::handle(int index, StreamEvent& event, std::vector<GenerationUpd
     }
   } else {
     c.engine_finished = true;
-    u.delta = c.pipeline.finish(event.finish == FinishReason::stop);
+    // A constrained document (a forced call, JSON output) cut short by max_tokens or the
+    // context's end gets its closing, so that it always parses. (Only then: every token the
+    // constraint took has reached the pipeline, which a stop token would not have.)
+    const bool cut = event.finish == FinishReason::length && c.constraint;
+    u.delta = c.pipeline.finish(event.finish == FinishReason::stop || cut,
+                                cut ? c.constraint->closing() : std::string());
     c.result.completion_tokens = std::max(c.stream->usage().completion_tokens, c.pipeline.tokens());
     FinishKind kind = FinishKind::error;
     std::string error;

@@ -159,13 +159,14 @@ ChoiceDelta OutputPipeline::push(const StreamEvent& token) {
   return out;
 }
 
-ChoiceDelta OutputPipeline::finish(bool stopped_normally) {
+ChoiceDelta OutputPipeline::finish(bool complete, std::string_view closing) {
   Impl& m = *impl_;
   ChoiceDelta out;
   if (!m.finished) {
     m.finished = true;
     std::string rest = m.decoder.flush();
-    if (stopped_normally && !m.options.forced_suffix.empty()) rest += m.options.forced_suffix;
+    rest += closing;
+    if (complete) rest += m.options.forced_suffix;
     std::string text = m.stops.push(rest);
     if (!m.stops.stopped()) text += m.stops.flush();
     m.route(text, true, out);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -32,8 +33,8 @@ struct PipelineOptions {
   // Text the prompt already holds on the model's behalf (a forced "<tool_call>..." opening):
   // the parser sees it before the first token.
   std::string forced_output;
-  // Text that closes a JSON-constrained forced call ("}\n</tool_call>") once the engine ends the
-  // JSON: given to the parser when generation ends with a stop.
+  // Text that closes a JSON-constrained forced call ("}\n</tool_call>") once its JSON is whole:
+  // given to the parser when finish() is told the output is complete.
   std::string forced_suffix;
   bool raw = false;       // plain completions: no reasoning or tool-call parsing
   bool logprobs = false;  // keep each token's logprobs (the request asked for them)
@@ -68,9 +69,11 @@ class OutputPipeline {
   // One generated token (with its logprobs when they were asked for). After a stop string
   // matched, tokens are counted but produce nothing.
   ChoiceDelta push(const StreamEvent& token);
-  // End of generation: everything held back. `stopped_normally`: the engine ended the output
-  // itself (end of turn or a completed constraint), so forced_suffix applies.
-  ChoiceDelta finish(bool stopped_normally = false);
+  // End of generation: everything held back, then `closing` (the bytes that complete a JSON
+  // document the engine cut short: LogitsProcessor::closing()). `complete`: the output is now
+  // whole (the engine ended it itself, at the end of turn or a completed constraint, or
+  // `closing` completed it), so forced_suffix applies.
+  ChoiceDelta finish(bool complete = false, std::string_view closing = {});
 
   bool stopped() const;  // a stop string matched: the request can end
   const StopString* matched_stop() const;

@@ -29,7 +29,8 @@ struct Outcome {
   bool stopped = false;
 };
 
-Outcome play(PipelineOptions o, const std::vector<int32_t>& ids) {
+Outcome play(PipelineOptions o, const std::vector<int32_t>& ids, bool complete = false,
+             std::string_view closing = {}) {
   OutputPipeline p(*test::tiny_tokenizer(), std::move(o));
   Outcome r;
   auto take = [&](ChoiceDelta d) {
@@ -48,7 +49,7 @@ Outcome play(PipelineOptions o, const std::vector<int32_t>& ids) {
     if (p.stopped()) break;
   }
   r.stopped = p.stopped();
-  take(p.finish());
+  take(p.finish(complete, closing));
   return r;
 }
 
@@ -133,6 +134,31 @@ TEST(OutputPipeline, ForcedCallOpeningAndOneCallOnly) {
   ASSERT_FALSE(r.all.tool_calls.empty());
   EXPECT_EQ(r.all.tool_calls[0].name, "f");
   for (const auto& t : r.all.tool_calls) EXPECT_EQ(t.index, 0);  // g never started
+}
+
+// A forced call cut short: the closing the constraint computed, then the forced suffix, make
+// it a call in the last delta; without them the cut text is not a call.
+TEST(OutputPipeline, ClosingCompletesACutForcedCall) {
+  PipelineOptions o;
+  o.parse_tool_calls = true;
+  o.tools = {{"f", ""}};
+  o.forced_output = "<tool_call>\n{\"name\": \"f\", \"arguments\": ";
+  o.forced_suffix = "}\n</tool_call>";
+  const std::vector<int32_t> ids = tokens_of({"{\"x\": [1, \"a", "b"});
+  Outcome r = play(o, ids, true, "\"]}");
+  ASSERT_EQ(r.all.tool_calls.size(), 1u);
+  EXPECT_EQ(r.all.tool_calls[0].name, "f");
+  EXPECT_EQ(r.all.tool_calls[0].arguments, "{\"x\": [1, \"ab\"]}");
+  EXPECT_EQ(r.deltas.back().tool_calls.size(), 1u);
+  EXPECT_EQ(r.all.content, "");
+
+  Outcome cut = play(o, ids);
+  EXPECT_TRUE(cut.all.tool_calls.empty());
+
+  PipelineOptions json_output;  // JSON output: the closing is the last content
+  Outcome text = play(json_output, tokens_of({"{\"x\": tr"}), true, "ue}");
+  EXPECT_EQ(text.all.content, "{\"x\": true}");
+  EXPECT_EQ(text.deltas.back().content.substr(text.deltas.back().content.size() - 3), "ue}");
 }
 
 TEST(OutputPipeline, LogprobsFollowTheText) {

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/generator.h"
+#include "parallel/communicator.h"
+#include "parallel/launch.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hibana::cli {
@@ -21,7 +23,89 @@ struct RunArgs {
   bool print_ids = false;
   bool ignore_eos = false;
   bool exact = false;
+  int tp = 1;
 };
+
+// Tokenizes, generates and prints (rank 0's whole job).
+int complete(const RunArgs& a, const Model& model) {
+  std::unique_ptr<Tokenizer> tok;
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_id_list(a.prompt_ids);
+  } else {
+    tok = Tokenizer::load(model.source());
+    prompt = tok->encode(a.prompt);
+  }
+  if (!a.print_ids && !tok && model.source().rfind("dummy:", 0) != 0) {
+    try {
+      tok = Tokenizer::load(model.source());
+    } catch (const Error& e) {
+      log_warn("no tokenizer (", e.what(), "); printing ids");
+    }
+  }
+  const bool ids = a.print_ids || !tok;
+  GenerateOptions go;
+  go.max_new_tokens = a.n;
+  go.sampling = a.sampling;
+  go.stop_at_eos = !a.ignore_eos;
+  go.gdn_mode = a.exact ? GdnMode::recurrent : GdnMode::aligned_chunks;
+  StatePool pool = make_pool_for(model, static_cast<int64_t>(prompt.size()) + a.n + 1);
+  std::unique_ptr<StreamDecoder> dec;
+  if (!ids) dec = std::make_unique<StreamDecoder>(*tok);
+  bool first = true;
+  generate(model, pool, prompt, go, [&](int32_t t) {
+    if (ids) {
+      std::printf(first ? "%d" : " %d", t);
+    } else {
+      std::string piece = dec->push(t);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    }
+    first = false;
+    std::fflush(stdout);
+    return true;
+  });
+  if (dec) {
+    std::string rest = dec->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+// --tp N: the command starts again as N MPI ranks (parallel/launch.h); each loads its shard,
+// rank 0 completes the prompt and the others run its passes.
+int run_ranks(const RunArgs& a) {
+  if (!launched_as_ranks()) {  // errors every rank would hit, said once
+    check(a.model.device != "cuda", ErrorKind::unsupported,
+          "--tp runs on the CPU for now (the GPU communicator, NCCL, is not written yet)");
+    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8");
+    relaunch_as_ranks(a.tp);
+  }
+  std::shared_ptr<Communicator> comm = make_mpi_communicator();
+  check(comm->size() == a.tp, ErrorKind::invalid_argument,
+        "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
+            " ranks");
+  // The other ranks' info lines would repeat rank 0's.
+  if (comm->rank() != 0 && log_level() == LogLevel::info) set_log_level(LogLevel::warn);
+  std::unique_ptr<Model> model;
+  try {
+    model = a.model.load(comm);
+    if (comm->rank() != 0) {
+      follow_rank0(*model);
+      return 0;
+    }
+    const int rc = complete(a, *model);
+    model->release_followers();
+    return rc;
+  } catch (const Error& e) {
+    const int code = e.kind() == ErrorKind::invalid_argument ? 2 : 1;
+    std::fprintf(stderr, "error (rank %d): %s\n", comm->rank(), e.what());
+    // Rank 0 failing between passes lets the others go; anything else may leave a rank waiting
+    // in a collective that never comes, so every rank is ended.
+    if (model && comm->rank() == 0 && model->release_followers()) return code;
+    comm->abort(code);
+  }
+}
 }  // namespace
 
 void add_run_command(CLI::App& app, Action& action) {
@@ -44,6 +128,10 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep going after an end-of-sequence token");
   cmd->add_flag("--exact", args->exact,
                 "recurrent form for every DeltaNet token (bit-identical for any chunking)");
+  cmd->add_option("--tp", args->tp,
+                  "tensor-parallel ranks: N processes, each with 1/N of the model (CPU, over "
+                  "MPI)")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([&action, args] {
     action = [args]() -> int {
       const RunArgs& a = *args;
@@ -52,49 +140,8 @@ void add_run_command(CLI::App& app, Action& action) {
       }
       check(a.n >= 0, ErrorKind::invalid_argument, "-n must be >= 0");
       a.sampling.validate();
-      std::unique_ptr<Model> model = a.model.load();
-      std::unique_ptr<Tokenizer> tok;
-      std::vector<int32_t> prompt;
-      if (!a.prompt_ids.empty()) {
-        prompt = parse_id_list(a.prompt_ids);
-      } else {
-        tok = Tokenizer::load(model->source());
-        prompt = tok->encode(a.prompt);
-      }
-      if (!a.print_ids && !tok && model->source().rfind("dummy:", 0) != 0) {
-        try {
-          tok = Tokenizer::load(model->source());
-        } catch (const Error& e) {
-          log_warn("no tokenizer (", e.what(), "); printing ids");
-        }
-      }
-      const bool ids = a.print_ids || !tok;
-      GenerateOptions go;
-      go.max_new_tokens = a.n;
-      go.sampling = a.sampling;
-      go.stop_at_eos = !a.ignore_eos;
-      go.gdn_mode = a.exact ? GdnMode::recurrent : GdnMode::aligned_chunks;
-      StatePool pool = make_pool_for(*model, static_cast<int64_t>(prompt.size()) + a.n + 1);
-      std::unique_ptr<StreamDecoder> dec;
-      if (!ids) dec = std::make_unique<StreamDecoder>(*tok);
-      bool first = true;
-      generate(*model, pool, prompt, go, [&](int32_t t) {
-        if (ids) {
-          std::printf(first ? "%d" : " %d", t);
-        } else {
-          std::string piece = dec->push(t);
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-        }
-        first = false;
-        std::fflush(stdout);
-        return true;
-      });
-      if (dec) {
-        std::string rest = dec->flush();
-        std::fwrite(rest.data(), 1, rest.size(), stdout);
-      }
-      std::printf("\n");
-      return 0;
+      if (a.tp > 1) return run_ranks(a);
+      return complete(a, *a.model.load());
     };
   });
 }

@@ -5,6 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/checkpoint.h"
+#include "io/mapped_file.h"
+#include "parallel/communicator.h"
 
 namespace hibana::cli {
 
@@ -43,22 +46,34 @@ std::string default_model_dir() {
               "no --model given and the embedded default model (models/hibana-tiny) is missing");
 }
 
-std::unique_ptr<Model> ModelArgs::load() const {
-  std::shared_ptr<Backend> backend = make_backend(device);
+std::unique_ptr<Model> ModelArgs::load(std::shared_ptr<Communicator> comm) const {
+  const bool sharded = comm && comm->size() > 1;
+  std::shared_ptr<Backend> backend = make_backend(sharded && device == "auto" ? "cpu" : device);
   if (load_format == "dummy") {
     if (config.empty()) {
       throw Error(ErrorKind::invalid_argument, "--load-format dummy needs --config CONFIG.json");
     }
     auto dt = dtype_from_name(weights == "fp8" ? "fp8" : dtype);
     if (!dt) throw Error(ErrorKind::invalid_argument, "unknown --dtype '" + dtype + "'");
-    return Model::dummy(config, *dt, backend, seed);
+    return Model::dummy(config, *dt, backend, seed, comm);
   }
   LoadOptions opts;
   opts.load_mtp = !no_mtp;
   opts.fp8 = weights == "fp8";
+  opts.comm = comm;
   std::string path = model.empty() ? default_model_dir() : model;
   log_debug("loading ", path, " on ", backend->name());
   return Model::load(path, backend, opts);
+}
+
+ModelConfig ModelArgs::read_config() const {
+  std::string path = config;
+  if (load_format != "dummy") {
+    path = resolve_model_dir(model.empty() ? default_model_dir() : model) + "/config.json";
+  }
+  check(!path.empty(), ErrorKind::invalid_argument,
+        "--load-format dummy needs --config CONFIG.json");
+  return parse_model_config(read_text_file(path), path);
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text) {

@@ -22,7 +22,11 @@ struct ModelArgs {
 
   void add_to(CLI::App& cmd);
   // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.
-  std::unique_ptr<Model> load() const;
+  // With a communicator of more than one rank, this rank's shard (and --device auto means cpu:
+  // the only communicator so far carries host memory).
+  std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm = nullptr) const;
+  // The model's config.json (or --config's), without loading any weight.
+  ModelConfig read_config() const;
 };
 
 // The directory of the model `hibana` uses when no --model is given.

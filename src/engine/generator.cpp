@@ -1,6 +1,7 @@
 #include "engine/generator.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 
@@ -11,6 +12,20 @@ StatePool make_pool_for(const Model& model, int64_t max_positions, int64_t seque
   const int64_t pages_per_seq = (max_positions + page_size - 1) / page_size;
   return StatePool(model.state_spec(), page_size, std::max<int64_t>(1, pages_per_seq * sequences),
                    std::max<int64_t>(1, sequences));
+}
+
+void follow_rank0(const Model& model) {
+  std::optional<StatePool> pool;
+  StateGeometry made;
+  model.follow([&](const StateGeometry& g) -> const StateViews& {
+    if (!pool || !(g == made)) {
+      pool.reset();
+      pool.emplace(model.state_spec(), g.page_size, std::max<int64_t>(1, g.pages),
+                   std::max<int64_t>(1, g.slots));
+      made = g;
+    }
+    return pool->views();
+  });
 }
 
 std::vector<int32_t> generate(const Model& model, StatePool& pool, std::span<const int32_t> prompt,

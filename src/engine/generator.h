@@ -26,6 +26,10 @@ std::vector<int32_t> generate(const Model& model, StatePool& pool, std::span<con
                               const GenerateOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
 
+// Ranks other than 0 of a tensor-parallel model: runs rank 0's passes (Model::follow) on a pool
+// of this rank's heads that mirrors rank 0's, until rank 0 releases them.
+void follow_rank0(const Model& model);
+
 // A pool sized for one sequence of up to max_positions tokens (plus snapshot slots).
 StatePool make_pool_for(const Model& model, int64_t max_positions, int64_t sequences = 1,
                         int64_t page_size = 64);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 
 namespace hibana::layers {
 
@@ -130,7 +131,7 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
 }
 
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
-                   const BatchLayout& layout, const StateViews& state) {
+                   const BatchLayout& layout, const StateViews& state, Communicator* comm) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
   OwnedTensor xn = scratch(be, T, H), y = scratch(be, T, H);
@@ -140,6 +141,7 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
   } else {
     deltanet(c, w.gdn, be, xn.tensor, layout, state, w.state_index, y.tensor);
   }
+  sum_over_ranks(comm, y.tensor);
   be.add(x, y.tensor);
   be.rmsnorm(x, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
   if (w.ffn == FfnKind::moe) {
@@ -147,6 +149,7 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
   } else {
     mlp(w.mlp, be, xn.tensor, y.tensor);
   }
+  sum_over_ranks(comm, y.tensor);
   be.add(x, y.tensor);
 }
 

@@ -5,12 +5,16 @@
 #include "model/config.h"
 #include "model/state_views.h"
 #include "model/weights.h"
+#include "parallel/communicator.h"
 
 namespace hibana::layers {
 
-// x [T, hidden] is updated in place: x += mixer(norm(x)); x += ffn(norm(x)).
+// x [T, hidden] is updated in place: x += mixer(norm(x)); x += ffn(norm(x)). With a
+// communicator, `w` and `c` are one rank's shard: the mixer's and the FFN's outputs are partial
+// sums that are added over the ranks before they join x.
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
-                   const BatchLayout& layout, const StateViews& state);
+                   const BatchLayout& layout, const StateViews& state,
+                   Communicator* comm = nullptr);
 
 void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, const Tensor& xn,
                const BatchLayout& layout, const StateViews& state, int64_t state_index,

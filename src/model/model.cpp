@@ -12,16 +12,18 @@
 #include "model/decode_graphs.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "model/step_message.h"
+#include "model/tensor_parallel.h"
 
 namespace hibana {
 
 namespace {
 
 // Final norm and lm_head over the chosen rows of x; logits (and hidden states) come back to
-// host memory.
+// host memory. A vocabulary-sharded lm_head gives each rank its columns, then all of them.
 void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& norm, Backend& be,
                   const Tensor& x, const std::vector<int64_t>& rows, bool want_hidden,
-                  ForwardOutput& out) {
+                  const TensorParallel* tp, ForwardOutput& out) {
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size, V = c.vocab_size;
   const Device dev = be.device();
   out.vocab = V;
@@ -43,7 +45,11 @@ void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& nor
     out.hidden_states.resize(static_cast<size_t>(R * H));
     copy_to_host(xv, out.hidden_states.data());
   }
-  if (dev == Device::cpu) {
+  if (tp) {  // on the CPU (the communicator's buffers are host memory)
+    std::vector<float> part(static_cast<size_t>(R * lm_head.rows()));
+    be.matmul(xv, lm_head, Tensor(part.data(), DType::f32, {R, lm_head.rows()}));
+    gather_logits(*tp, part, R, out.logits.data());
+  } else if (dev == Device::cpu) {
     be.matmul(xv, lm_head, Tensor(out.logits.data(), DType::f32, {R, V}));
   } else {
     OwnedTensor logits = make_tensor(DType::f32, {R, V}, dev);
@@ -52,13 +58,17 @@ void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& nor
   }
 }
 
-// Token ids as a tensor on the backend's device, checked against the vocabulary.
-OwnedTensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab, Device dev) {
+void check_tokens(std::span<const int32_t> tokens, int64_t vocab) {
   for (int32_t id : tokens) {
     check(id >= 0 && id < vocab, ErrorKind::invalid_argument,
           "token id " + std::to_string(id) + " is outside the vocabulary (size " +
               std::to_string(vocab) + ")");
   }
+}
+
+// Token ids as a tensor on the backend's device, checked against the vocabulary.
+OwnedTensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab, Device dev) {
+  check_tokens(tokens, vocab);
   OwnedTensor t = make_tensor(DType::i32, {static_cast<int64_t>(tokens.size())}, dev);
   copy_from_host(tokens.data(), t.tensor);
   return t;
@@ -122,8 +132,15 @@ uint64_t weights_fingerprint(const ModelConfig& c, const ModelWeights& w) {
 }
 }  // namespace
 
-Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend)
+Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend,
+             std::optional<Shard> shard)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
+  if (shard && shard->plan.ranks > 1) {
+    check(shard->comm->device() == backend_->device(), ErrorKind::unsupported,
+          "tensor parallelism on " + backend_->name() +
+              " needs a communicator for its memory (NCCL is not written yet); use --device cpu");
+    tp_ = std::make_unique<TensorParallel>(config_, std::move(*shard));
+  }
   fingerprint_ = weights_fingerprint(config_, weights_);
   if (backend_->device() != Device::cpu) {
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
@@ -136,9 +153,43 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
   }
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  if (tp_ && tp_->leader()) {
+    try {
+      release_followers();
+    } catch (const std::exception& e) {
+      log_error("could not release the other ranks: ", e.what());
+    }
+  }
+}
 
 int64_t Model::decode_graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
+int Model::rank() const {
+  return tp_ ? tp_->comm->rank() : 0;
+}
+int Model::ranks() const {
+  return tp_ ? tp_->comm->size() : 1;
+}
+const ShardPlan* Model::shard_plan() const {
+  return tp_ ? &tp_->plan : nullptr;
+}
+const ModelConfig& Model::layer_config() const {
+  return tp_ ? tp_->local : config_;
+}
+Communicator* Model::layer_comm() const {
+  return tp_ ? tp_->comm.get() : nullptr;
+}
+
+namespace {
+// The shard of this process when `comm` has more than one rank (validated against the config
+// before any weight is read); `fp8` says whether matrices are converted to fp8 at load.
+std::optional<Shard> make_shard(const ModelConfig& c, const std::shared_ptr<Communicator>& comm,
+                                bool fp8) {
+  if (!comm || comm->size() == 1) return std::nullopt;
+  return Shard{comm, make_shard_plan(c, comm->rank(), comm->size(), scale_block(c, fp8))};
+}
+}  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Backend> backend,
                                    const LoadOptions& options) {
@@ -152,17 +203,32 @@ std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Bac
   size_t ignored = 0;
   for (const std::string& n : ck->tensor_names()) ignored += n.rfind("model.visual.", 0) == 0;
   if (ignored) log_info("ignoring ", ignored, " vision-tower tensors (model.visual.*)");
-  ModelWeights weights = load_weights(config, ck, options);
-  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend));
+  std::optional<Shard> shard = make_shard(config, options.comm, options.fp8);
+  LoadOptions opts = options;
+  if (shard) {
+    if (opts.load_mtp && config.mtp_layers > 0) {
+      log_info("tensor parallelism: the MTP head is not loaded (not sharded yet)");
+    }
+    opts.load_mtp = false;
+  }
+  ModelWeights weights = load_weights(config, ck, opts);
+  if (shard) shard_weights(weights, config, shard->plan);
+  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
+                                   std::move(shard));
   m->source_ = dir;
   return m;
 }
 
 std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
-                                    std::shared_ptr<Backend> backend, uint64_t seed) {
+                                    std::shared_ptr<Backend> backend, uint64_t seed,
+                                    std::shared_ptr<Communicator> comm) {
   ModelConfig config = parse_model_config(read_text_file(config_path), config_path);
-  ModelWeights weights = make_dummy_weights(config, dtype, seed);
-  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend));
+  // Every rank makes the same whole model and keeps its part.
+  std::optional<Shard> shard = make_shard(config, comm, dtype == DType::f8_e4m3);
+  ModelWeights weights = make_dummy_weights(config, dtype, seed, !shard);
+  if (shard) shard_weights(weights, config, shard->plan);
+  auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
+                                   std::move(shard));
   m->source_ = "dummy:" + config_path;
   return m;
 }
@@ -170,7 +236,7 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
 StateSpec Model::state_spec() const {
   StateSpec s;
   s.device = backend_->device();
-  const ModelConfig& c = config_;
+  const ModelConfig& c = layer_config();
   s.attention_layers = c.num_attention_layers() + (has_mtp() ? 1 : 0);
   s.kv_heads = c.num_kv_heads;
   s.head_dim = c.head_dim;
@@ -188,6 +254,17 @@ StateSpec Model::state_spec() const {
 void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state,
                     const ForwardOptions& options, ForwardOutput& out) const {
   check(!seqs.empty(), ErrorKind::invalid_argument, "forward: empty batch");
+  if (tp_) {
+    check(tp_->leader() && !tp_->released, ErrorKind::internal,
+          "only rank 0 runs passes of a tensor-parallel model, until it releases the others");
+    // Checked before the other ranks hear of the pass, so a bad id fails only here.
+    for (const SequenceInput& s : seqs) check_tokens(s.tokens, config_.vocab_size);
+    tp_->broken = true;  // until the pass is through
+    send_step(*tp_->comm, seqs, options, state);
+    forward_pass(seqs, state, options, out);
+    tp_->broken = false;
+    return;
+  }
   Backend& be = *backend_;
   const Device dev = be.device();
   const int64_t H = config_.hidden_size;
@@ -207,6 +284,14 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
       return;
     }
   }
+  forward_pass(seqs, state, options, out);
+}
+
+void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& state,
+                         const ForwardOptions& options, ForwardOutput& out) const {
+  Backend& be = *backend_;
+  const Device dev = be.device();
+  const int64_t H = config_.hidden_size;
   std::vector<SeqDesc> desc;
   std::vector<LogitsMode> modes;
   std::vector<int64_t> lengths;
@@ -223,15 +308,41 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
   const int64_t T = ls.layout.num_tokens;
   ls.to_device(dev);
 
-  OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
-  be.embedding(weights_.embed, ids.tensor, x.tensor);
+  if (tp_) {
+    check_tokens(tokens, config_.vocab_size);
+    embed_rows(*tp_, be, weights_.embed, tokens, x.tensor);
+  } else {
+    OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
+    be.embedding(weights_.embed, ids.tensor, x.tensor);
+  }
   for (const LayerWeights& l : weights_.layers) {
-    layers::decoder_layer(config_, l, be, x.tensor, ls.layout, state);
+    layers::decoder_layer(layer_config(), l, be, x.tensor, ls.layout, state, layer_comm());
   }
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
   project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows,
-               options.want_hidden, out);
+               options.want_hidden, tp_.get(), out);
+}
+
+void Model::follow(const std::function<const StateViews&(const StateGeometry&)>& state) const {
+  check(tp_ && !tp_->leader(), ErrorKind::internal, "follow() is for the ranks other than 0");
+  ReceivedStep step;
+  ForwardOutput out;
+  while (receive_step(*tp_->comm, step)) {
+    const StateViews& views = state(step.geometry);
+    for (const SequenceInput& s : step.seqs) {
+      if (s.start_pos == 0 && s.slot >= 0) clear_recurrent_slot(views, s.slot);
+    }
+    forward_pass(step.seqs, views, step.options, out);
+  }
+}
+
+bool Model::release_followers() const {
+  if (!tp_ || !tp_->leader() || tp_->released) return true;
+  if (tp_->broken) return false;  // a stop message could meet a collective
+  send_stop(*tp_->comm);
+  tp_->released = true;
+  return true;
 }
 
 void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
@@ -280,7 +391,7 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   be.matmul(cat.tensor, m.fc, x.tensor);
   layers::decoder_layer(config_, m.layer, be, x.tensor, ls.layout, state);
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
-  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, out);
+  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, nullptr, out);
 }
 
 int64_t Model::parameter_count() const {

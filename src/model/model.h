@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -12,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/shard_plan.h"
 #include "model/state_views.h"
 #include "model/weights.h"
 
@@ -57,19 +59,38 @@ struct MtpInput {
   LogitsMode logits = LogitsMode::last;
 };
 
+// One rank's part of a tensor-parallel model: the ranks' communicator and the plan its weights
+// were cut by.
+struct Shard {
+  std::shared_ptr<Communicator> comm;
+  ShardPlan plan;
+};
+
+// The size of the state pool rank 0 runs a pass on, so that the other ranks can mirror it.
+struct StateGeometry {
+  int64_t page_size = 0, pages = 0, slots = 0;
+  bool operator==(const StateGeometry&) const = default;
+};
+
 class DecodeGraphs;
+struct TensorParallel;
 
 class Model {
  public:
-  Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend);
+  // With a shard, `weights` must be that rank's part (Model::load and Model::dummy cut them).
+  Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend,
+        std::optional<Shard> shard = std::nullopt);
   ~Model();
 
-  // Loads a Hugging Face directory (or hub ORG/NAME). Throws Error naming the problem.
+  // Loads a Hugging Face directory (or hub ORG/NAME). Throws Error naming the problem. With
+  // options.comm of more than one rank, only this rank's shard is kept.
   static std::unique_ptr<Model> load(const std::string& model, std::shared_ptr<Backend> backend,
                                      const LoadOptions& options = {});
-  // A model of `config_path`'s shapes with random weights.
+  // A model of `config_path`'s shapes with random weights (this rank's part of them with a
+  // communicator of more than one rank).
   static std::unique_ptr<Model> dummy(const std::string& config_path, DType dtype,
-                                      std::shared_ptr<Backend> backend, uint64_t seed = 1);
+                                      std::shared_ptr<Backend> backend, uint64_t seed = 1,
+                                      std::shared_ptr<Communicator> comm = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -77,15 +98,19 @@ class Model {
   const std::string& source() const { return source_; }
   bool has_mtp() const { return weights_.mtp.has_value(); }
 
+  // The state of this rank's heads (the whole model's without tensor parallelism).
   StateSpec state_spec() const;
 
+  // On a tensor-parallel model only rank 0 calls forward(): it sends the pass to the other
+  // ranks, which run it in follow(), and every rank gets the whole logits.
   void forward(std::span<const SequenceInput> seqs, const StateViews& state,
                const ForwardOptions& options, ForwardOutput& out) const;
   void forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
                    ForwardOutput& out) const;
 
   // Parameter count (all weights, experts included) and bytes read per decoded token at
-  // batch 1 (embedding row + every dense matrix + the active experts + lm_head).
+  // batch 1 (embedding row + every dense matrix + the active experts + lm_head); this rank's
+  // with tensor parallelism.
   int64_t parameter_count() const;
   size_t bytes_per_token() const;
   // Identifies the weights (dtype, shape and sampled bytes of every tensor, plus the config
@@ -94,13 +119,37 @@ class Model {
   // Decode steps run by replaying a recorded graph (0 on backends without graphs).
   int64_t decode_graph_replays() const;
 
+  // Tensor parallelism: this process's rank and the number of ranks (0 and 1 without).
+  int rank() const;
+  int ranks() const;
+  // The plan this rank's weights were cut by; null without tensor parallelism.
+  const ShardPlan* shard_plan() const;
+  // Ranks other than 0: runs every pass rank 0 runs, until rank 0 calls release_followers() or
+  // its model is destroyed. `state` gives the views of a pool of rank 0's geometry (it is asked
+  // again when that changes); a sequence that starts at position 0 gets its recurrent slot
+  // cleared first, as rank 0's pool clears it when handing it out. Rank 0 must drive the model
+  // from one pool at a time, and state copies made outside forward() (prefix cache, rollback)
+  // are not mirrored yet.
+  void follow(const std::function<const StateViews&(const StateGeometry&)>& state) const;
+  // Rank 0: tells the other ranks that no more passes come (also done by the destructor).
+  // False when it cannot: a pass failed part-way and left the ranks out of step (end them with
+  // Communicator::abort).
+  bool release_followers() const;
+
  private:
+  void forward_pass(std::span<const SequenceInput> seqs, const StateViews& state,
+                    const ForwardOptions& options, ForwardOutput& out) const;
+  // The shapes the layers compute with: this rank's (the whole model's without a shard).
+  const ModelConfig& layer_config() const;
+  Communicator* layer_comm() const;
+
   ModelConfig config_;
   ModelWeights weights_;
   std::shared_ptr<Backend> backend_;
   std::string source_;
   uint64_t fingerprint_ = 0;
   std::unique_ptr<DecodeGraphs> graphs_;  // on backends that record graphs (CUDA)
+  std::unique_ptr<TensorParallel> tp_;    // with a shard of more than one rank
 };
 
 }  // namespace hibana

@@ -11,6 +11,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "model/column_orders.h"
 #include "model/weight_source.h"
 
 namespace hibana {
@@ -18,12 +19,6 @@ namespace hibana {
 namespace {
 
 using Fill = WeightSource::Fill;
-
-Tensor index_tensor(WeightSource& src, const std::vector<int32_t>& idx) {
-  auto buf = std::make_shared<std::vector<int32_t>>(idx);
-  src.owned.push_back(buf);
-  return Tensor(buf->data(), DType::i32, {static_cast<int64_t>(buf->size())});
-}
 
 MlpWeights load_mlp(WeightSource& src, const std::string& p, int64_t hidden, int64_t inter) {
   MlpWeights m;
@@ -84,16 +79,7 @@ AttentionWeights load_attention(const ModelConfig& c, WeightSource& src, const s
   Fill norm_fill = c.zero_centred_norm ? Fill::zeros : Fill::ones;
   a.q_norm = src.vector_f32(p + "q_norm.weight", hd, norm_fill);
   a.k_norm = src.vector_f32(p + "k_norm.weight", hd, norm_fill);
-  if (c.attention_output_gate) {
-    // q_proj rows are [q_h | gate_h] per head; gather them as [all q | all gates].
-    std::vector<int32_t> idx;
-    for (int part = 0; part < 2; ++part) {
-      for (int64_t h = 0; h < nh; ++h) {
-        for (int64_t d = 0; d < hd; ++d) idx.push_back(static_cast<int32_t>(h * 2 * hd + part * hd + d));
-      }
-    }
-    a.q_gate_split = index_tensor(src, idx);
-  }
+  if (c.attention_output_gate) a.q_gate_split = index_tensor(q_gate_order(nh, hd), src.owned);
   return a;
 }
 
@@ -107,23 +93,8 @@ DeltaNetWeights load_deltanet(const ModelConfig& c, WeightSource& src, const std
   if (packed) {
     g.qkvz = src.matrix(p + "in_proj_qkvz.weight", conv_dim + value_dim, H);
     g.ba = src.matrix(p + "in_proj_ba.weight", 2 * nv, H);
-    // Rows of in_proj_qkvz come per key head as [q (dk) | k (dk) | v (r*dv) | z (r*dv)].
-    const int64_t W = 2 * dk + 2 * r * dv;
-    std::vector<int32_t> idx;
-    auto add = [&](int64_t offset, int64_t width) {
-      for (int64_t gi = 0; gi < nk; ++gi)
-        for (int64_t d = 0; d < width; ++d) idx.push_back(static_cast<int32_t>(gi * W + offset + d));
-    };
-    add(0, dk);                 // q
-    add(dk, dk);                // k
-    add(2 * dk, r * dv);        // v
-    add(2 * dk + r * dv, r * dv);  // z
-    g.qkvz_order = index_tensor(src, idx);
-    std::vector<int32_t> ba;
-    for (int part = 0; part < 2; ++part)
-      for (int64_t gi = 0; gi < nk; ++gi)
-        for (int64_t j = 0; j < r; ++j) ba.push_back(static_cast<int32_t>(gi * 2 * r + part * r + j));
-    g.ba_order = index_tensor(src, ba);
+    g.qkvz_order = index_tensor(qkvz_order(nk, dk, r, dv), src.owned);
+    g.ba_order = index_tensor(ba_order(nk, r), src.owned);
   } else {
     g.qkv = src.matrix(p + "in_proj_qkv.weight", conv_dim, H);
     g.z = src.matrix(p + "in_proj_z.weight", value_dim, H);
@@ -251,7 +222,7 @@ Weight quantize_fp8(const Weight& w, std::vector<std::shared_ptr<void>>& owned) 
   if (w.empty() || w.w.dtype == DType::f8_e4m3) return w;
   check(w.scale.empty() && w.w.device == Device::cpu, ErrorKind::unsupported,
         "fp8 conversion of a matrix that already has scales");
-  const int64_t N = w.rows(), K = w.cols(), B = 128;
+  const int64_t N = w.rows(), K = w.cols(), B = kFp8Block;
   const int64_t sr = (N + B - 1) / B, sc = (K + B - 1) / B;
   auto codes = std::make_shared<Buffer>(static_cast<size_t>(N * K));
   auto scales = std::make_shared<Buffer>(static_cast<size_t>(sr * sc) * sizeof(float));
@@ -298,15 +269,20 @@ void quantize_weights_fp8(ModelWeights& w) {
     w.mtp->fc = quantize_fp8(w.mtp->fc, w.owned);
     convert(w.mtp->layer);
   }
-  w.matrix_bytes = 0;
-  auto count = [&](const Weight& m, MatrixRole) { w.matrix_bytes += m.nbytes(); };
+  w.matrix_bytes = count_matrix_bytes(w);
+}
+
+size_t count_matrix_bytes(const ModelWeights& w) {
+  size_t bytes = 0;
+  auto count = [&](const Weight& m, MatrixRole) { bytes += m.nbytes(); };
   for (const LayerWeights& l : w.layers) for_each_matrix(l, count);
   if (w.mtp) {
     for_each_matrix(w.mtp->layer, count);
-    w.matrix_bytes += w.mtp->fc.nbytes();
+    bytes += w.mtp->fc.nbytes();
   }
-  w.matrix_bytes += w.embed.nbytes();
-  if (w.lm_head.w.data != w.embed.w.data) w.matrix_bytes += w.lm_head.nbytes();
+  bytes += w.embed.nbytes();
+  if (w.lm_head.w.data != w.embed.w.data) bytes += w.lm_head.nbytes();
+  return bytes;
 }
 
 namespace {

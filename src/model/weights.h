@@ -14,6 +14,7 @@
 namespace hibana {
 
 class Checkpoint;
+class Communicator;
 
 struct AttentionWeights {
   Weight q, k, v, o;  // q has 2 * head_dim rows per head when the output is gated
@@ -96,6 +97,8 @@ void for_each_matrix(const LayerWeights& l, Fn&& fn) {
 struct LoadOptions {
   bool load_mtp = true;
   bool fp8 = false;  // convert bf16/f16/f32 matrices to fp8 at load (--weights fp8)
+  // Tensor parallelism: with more than one rank, Model::load keeps only this rank's shard.
+  std::shared_ptr<Communicator> comm;
 };
 
 // Reads every tensor the config needs from the checkpoint, checking names, shapes and dtypes.
@@ -106,9 +109,13 @@ ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint>
 // layout fp8 checkpoints ship; the new bytes are kept alive by `owned`. fp8 input is returned
 // unchanged.
 Weight quantize_fp8(const Weight& w, std::vector<std::shared_ptr<void>>& owned);
+// The fp8 scale block of matrices converted at load.
+constexpr int64_t kFp8Block = 128;
 // Converts every projection and expert matrix of the model; embeddings, the lm_head, MoE
 // routers and the shared-expert gate stay as they are (as in published fp8 checkpoints).
 void quantize_weights_fp8(ModelWeights& weights);
+// Bytes of every matrix as stored (ModelWeights::matrix_bytes).
+size_t count_matrix_bytes(const ModelWeights& weights);
 
 // Copies every tensor to `device` (tied embeddings stay shared) and drops the host copies and
 // the checkpoint mapping. Weights already there are left alone. Projections that read the same

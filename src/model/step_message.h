@@ -1,0 +1,31 @@
+// Private to src/model: how rank 0 of a tensor-parallel model tells the other ranks which pass
+// to run next (every rank must run the same passes, in the same order, for the collectives to
+// meet).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/communicator.h"
+
+namespace hibana {
+
+// Rank 0: announces a pass (the batch, its options and the geometry of the pool it runs on).
+void send_step(Communicator& comm, std::span<const SequenceInput> seqs,
+               const ForwardOptions& options, const StateViews& state);
+// Rank 0: announces that no more passes come.
+void send_stop(Communicator& comm);
+
+// What the other ranks receive: the pass, whose spans point into `storage`.
+struct ReceivedStep {
+  std::vector<SequenceInput> seqs;
+  ForwardOptions options;
+  StateGeometry geometry;
+  std::vector<int32_t> storage;
+};
+// Other ranks: waits for rank 0's next message; false when it says stop.
+bool receive_step(Communicator& comm, ReceivedStep& step);
+
+}  // namespace hibana

@@ -73,10 +73,15 @@ ApiResponse respond(std::unique_ptr<Generation> gen, bool stream,
     }
   }
   if (!stream || gen->done()) {
-    // A failure before any output still gets an HTTP error status.
+    // A failure before any output still gets an HTTP error status. A stream that produced
+    // output is sent as one, its failure the last event, however fast it all arrived.
+    bool output = false;
+    for (int i = 0; i < gen->n(); ++i) output = output || gen->result(i).completion_tokens > 0;
     for (int i = 0; i < gen->n(); ++i) {
       const ChoiceResult& r = gen->result(i);
-      if (gen->done() && r.finish == FinishKind::error) throw choice_error(r);
+      if (gen->done() && r.finish == FinishKind::error && !(stream && output)) {
+        throw choice_error(r);
+      }
     }
   }
   ApiResponse response;

@@ -407,6 +407,18 @@ TEST_F(HttpApi, MidStreamFailure) {
             "the KV cache is too small for this request");
   EXPECT_EQ(oe.back().data, "[DONE]");
 
+  // The same when the output and the failure arrive together, before the stream has begun
+  // (the engine is quicker than the server's first look): still a stream, ending in the error.
+  fake->token_interval = std::chrono::milliseconds(0);
+  for (int i = 0; i < 20; ++i) {
+    fake->push_script(s);
+    Reply q = post(*server, "/v1/messages", user_message("x", {{"stream", true}}));
+    ASSERT_EQ(q.status, 200) << "attempt " << i;
+    auto qe = parse_sse(q.body);
+    ASSERT_FALSE(qe.empty());
+    EXPECT_EQ(qe.back().event, "error");
+  }
+
   // A failure before any output is an HTTP error, also when streaming.
   Script early;
   early.finish = FinishReason::error;

@@ -59,9 +59,24 @@ struct BatchLayout {
   GdnMode gdn_mode = GdnMode::aligned_chunks;
 };
 
+// What a backend derives from a set of weights and keeps for later calls (CUDA: the device
+// table of an expert set's matrix pointers). It lives and dies with the weights it belongs to;
+// a copy of the weights starts without it. Weights never change once loaded.
+class BackendCache {
+ public:
+  BackendCache() = default;
+  BackendCache(const BackendCache&) {}
+  BackendCache& operator=(const BackendCache&) {
+    data.reset();
+    return *this;
+  }
+  std::shared_ptr<void> data;
+};
+
 // Per-expert weights of an MoE block: gate/up/down of expert e are gate[e], up[e], down[e].
 struct ExpertWeights {
   std::vector<Weight> gate, up, down;
+  mutable BackendCache cache;
 };
 
 class Backend {

@@ -353,6 +353,27 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
     std::vector<float> got = download(part);
     EXPECT_EQ(std::memcmp(got.data(), all.data(), m * H * sizeof(float)), 0) << m << " tokens";
   }
+
+  // A second expert set with the same first and last matrices but two experts in between
+  // swapped (as a reloaded model's can be) gets its own outputs, not the first set's.
+  ExpertWeights host2, dev2;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t src = e == 1 ? 2 : e == 2 ? 1 : e;
+    host2.gate.push_back(keep_w[3 * src].host);
+    host2.up.push_back(keep_w[3 * src + 1].host);
+    host2.down.push_back(keep_w[3 * src + 2].host);
+    dev2.gate.push_back(keep_w[3 * src].dev);
+    dev2.up.push_back(keep_w[3 * src + 1].dev);
+    dev2.down.push_back(keep_w[3 * src + 2].dev);
+  }
+  std::vector<float> ref2(T * H);
+  cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
+                   Tensor(weights.data(), DType::f32, {T, k}), host2,
+                   Tensor(ref2.data(), DType::f32, {T, H}));
+  ASSERT_GT(max_abs_diff(ref2, ref), 1e-3f);
+  Tensor out2 = device_f32(T, H);
+  gpu->moe_experts(xd, idd, wd, dev2, out2);
+  EXPECT_LT(max_abs_diff(download(out2), ref2), 1e-5f);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // serves), SiLU-gating, and the weighted combine of each token's k expert outputs.
 #include <algorithm>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/matmul_impl.h"
@@ -17,13 +16,13 @@ namespace {
 using mm::MatPtr;
 using mm::Params;
 
-// Device copies of the pointer tables of each expert set, built on first use.
+// Device copies of the pointer tables of an expert set, built on its first use and kept with
+// the weights (their BackendCache): a cache keyed by addresses would hand a reloaded model,
+// whose matrices can land at the old addresses in another order, the old model's tables.
 struct ExpertTables {
-  std::vector<const void*> key;  // identifies the expert set (see tables_for)
-  Buffer gate, up, down;         // MatPtr[E] each
+  Buffer gate, up, down;  // MatPtr[E] each
 };
 std::mutex g_tables_mutex;
-std::unordered_map<const void*, std::unique_ptr<ExpertTables>> g_tables;
 
 Buffer upload_table(const std::vector<Weight>& ws) {
   std::vector<MatPtr> host(ws.size());
@@ -40,27 +39,16 @@ Buffer upload_table(const std::vector<Weight>& ws) {
   return b;
 }
 
-// Weights never move after loading, so the first and last matrix of each list (and the count)
-// identify an expert set cheaply; this runs on every MoE call.
 const ExpertTables& tables_for(const ExpertWeights& ex) {
-  std::vector<const void*> key;
-  for (const std::vector<Weight>* list : {&ex.gate, &ex.up, &ex.down}) {
-    for (const Weight* w : {&list->front(), &list->back()}) {
-      key.push_back(w->w.data);
-      key.push_back(w->scale.data);
-    }
-    key.push_back(reinterpret_cast<const void*>(list->size()));
-  }
   std::lock_guard<std::mutex> lock(g_tables_mutex);
-  auto& slot = g_tables[ex.gate[0].w.data];
-  if (!slot || slot->key != key) {
-    slot = std::make_unique<ExpertTables>();
-    slot->key = std::move(key);
-    slot->gate = upload_table(ex.gate);
-    slot->up = upload_table(ex.up);
-    slot->down = upload_table(ex.down);
+  if (!ex.cache.data) {
+    auto t = std::make_shared<ExpertTables>();
+    t->gate = upload_table(ex.gate);
+    t->up = upload_table(ex.up);
+    t->down = upload_table(ex.down);
+    ex.cache.data = std::move(t);
   }
-  return *slot;
+  return *static_cast<const ExpertTables*>(ex.cache.data.get());
 }
 
 // Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), the

@@ -3,6 +3,7 @@
 // that a row's result is bit-identical whatever else is in the batch. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -153,6 +154,18 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
       EXPECT_EQ(std::memcmp(got.data(), all.data(), m * N * sizeof(float)), 0)
           << "the first " << m << " rows differ from the same rows in a batch of " << M;
     }
+    // The same activations as a view whose rows are not 16-byte aligned (other load paths; the
+    // tensor-core kernel then runs every split of these 300 rows in one CTA): the same bits.
+    std::vector<float> wide(M * (K + 1), 0.0f);
+    for (int64_t r = 0; r < M; ++r)
+      std::copy(x.begin() + r * K, x.begin() + (r + 1) * K, wide.begin() + r * (K + 1) + 1);
+    Tensor view = upload(wide.data(), DType::f32, {M, K + 1});
+    view.data = static_cast<float*>(view.data) + 1;
+    view.shape[1] = K;
+    Tensor unaligned = device_f32(M, N);
+    gpu->matmul(view, w.dev, unaligned);
+    EXPECT_EQ(std::memcmp(download(unaligned).data(), all.data(), M * N * sizeof(float)), 0)
+        << "unaligned activation rows";
   }
 }
 
@@ -316,14 +329,19 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
     keep_w.push_back(make_weight(*this, DType::bf16, I, H, 200 + e));
     keep_w.push_back(make_weight(*this, DType::bf16, H, I, 300 + e));
   }
-  for (int64_t e = 0; e < E; ++e) {
-    host.gate.push_back(keep_w[3 * e].host);
-    host.up.push_back(keep_w[3 * e + 1].host);
-    host.down.push_back(keep_w[3 * e + 2].host);
-    dev.gate.push_back(keep_w[3 * e].dev);
-    dev.up.push_back(keep_w[3 * e + 1].dev);
-    dev.down.push_back(keep_w[3 * e + 2].dev);
-  }
+  // Expert e of a set takes the matrices of expert source(e).
+  auto build_set = [&](auto source, ExpertWeights& h, ExpertWeights& d) {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t s = source(e);
+      h.gate.push_back(keep_w[3 * s].host);
+      h.up.push_back(keep_w[3 * s + 1].host);
+      h.down.push_back(keep_w[3 * s + 2].host);
+      d.gate.push_back(keep_w[3 * s].dev);
+      d.up.push_back(keep_w[3 * s + 1].dev);
+      d.down.push_back(keep_w[3 * s + 2].dev);
+    }
+  };
+  build_set([](int64_t e) { return e; }, host, dev);
   auto x = randn(T * H, 5), logits = randn(T * E, 6);
   std::vector<int32_t> ids(T * k);
   std::vector<float> weights(T * k), ref(T * H);
@@ -357,15 +375,7 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   // A second expert set with the same first and last matrices but two experts in between
   // swapped (as a reloaded model's can be) gets its own outputs, not the first set's.
   ExpertWeights host2, dev2;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t src = e == 1 ? 2 : e == 2 ? 1 : e;
-    host2.gate.push_back(keep_w[3 * src].host);
-    host2.up.push_back(keep_w[3 * src + 1].host);
-    host2.down.push_back(keep_w[3 * src + 2].host);
-    dev2.gate.push_back(keep_w[3 * src].dev);
-    dev2.up.push_back(keep_w[3 * src + 1].dev);
-    dev2.down.push_back(keep_w[3 * src + 2].dev);
-  }
+  build_set([](int64_t e) { return e == 1 ? int64_t{2} : e == 2 ? int64_t{1} : e; }, host2, dev2);
   std::vector<float> ref2(T * H);
   cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
                    Tensor(weights.data(), DType::f32, {T, k}), host2,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve.
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve,
+# profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
@@ -56,6 +57,31 @@ stage_prefill() {
   done
 }
 
+# One matmul per 8B decode shape, timed as a replayed graph, as a fraction of copy bandwidth.
+stage_matmul() {
+  timeout 200 $B/hibana bench matmul --device cuda --dtype ${DTYPE:-bf16} \
+    --shapes ${SHAPES:-6144x4096,4096x4096,24576x4096,4096x12288,151936x4096} --batch 1,8,64 \
+    2>&1 | tee "$OUT/bench_matmul.log"
+}
+
+# Nsight Compute: per-kernel time of one replayed 8B decode step at batch 1, then the full
+# sections of the batch-1 tensor-core matmul at the 8B MLP shape.
+stage_profile() {
+  timeout 400 ncu --clock-control none --cache-control none --launch-count 1400 --metrics gpu__time_duration.sum --csv \
+    --print-units base $B/hibana bench decode --device cuda --load-format dummy \
+    --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1 --context 4096 --steps 1 \
+    >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
+  python3 tools/gpu/ncu_step.py "$OUT/ncu_decode.csv" | tee "$OUT/ncu_decode_step.txt" | head -40
+  for shape in ${SHAPES:-24576x4096 4096x4096}; do
+    timeout 200 ncu --clock-control none --cache-control none -k regex:mma_kernel --launch-skip 6 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy --section LaunchStats $B/hibana bench matmul --device cuda \
+      --shapes $shape --batch 1 --reps 3 >"$OUT/ncu_matmul_$shape.txt" 2>&1
+    grep -E "Throughput|Duration|Warp Cycles|Occupancy|Registers|Grid Size|Shared Memory|Waves" \
+      "$OUT/ncu_matmul_$shape.txt" | head -30
+  done
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -84,6 +110,8 @@ for s in "$@"; do
     bench-80b) bench_decode qwen3-next-80b-a3b fp8 400 ;;
     prefill) stage_prefill ;;
     serve) stage_serve ;;
+    profile) stage_profile ;;
+    matmul) stage_matmul ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -34,8 +34,9 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
-// split), one warp per query head of the group. attention_tiled.cu repeats this arithmetic
-// exactly for blocks of tokens.
+// split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
+// repeats this arithmetic exactly for blocks of tokens.
+template <int S>
 __global__ void attention_split_kernel(AttnParams p) {
   const int64_t t = p.t_begin + blockIdx.x;
   const int64_t kvh = blockIdx.y;
@@ -49,13 +50,13 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
 
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
-  // consecutive keys hit distinct banks. p.stages tiles of K and V are in flight (cp.async): the
-  // next tile loads while this one is used.
+  // consecutive keys hit distinct banks. S tiles of K and V are in flight (cp.async): the next
+  // ones load while this one is used.
   extern __shared__ float sm[];
   const int64_t kstride = kTile * (hd + 4), vstride = kTile * hd;
-  float* ks = sm;                       // [stages][kTile][hd + 4]
-  float* vs = ks + p.stages * kstride;  // [stages][kTile][hd]
-  float* qs = vs + p.stages * vstride;  // [group][hd]
+  float* ks = sm;                // [S][kTile][hd + 4]
+  float* vs = ks + S * kstride;  // [S][kTile][hd]
+  float* qs = vs + S * vstride;  // [group][hd]
   for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   const int q4 = static_cast<int>(hd / 4);  // four values per copy (hd % 4 == 0, checked)
@@ -78,19 +79,18 @@ __global__ void attention_split_kernel(AttnParams p) {
   for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
   const int ntiles = static_cast<int>((end - begin + kTile - 1) / kTile);
-  load_tile(begin, 0);
-  cp_async_commit();
+  for (int it = 0; it < S - 1; ++it) {
+    if (it < ntiles) load_tile(begin + static_cast<int64_t>(it) * kTile, it);
+    cp_async_commit();
+  }
   for (int it = 0; it < ntiles; ++it) {
     const int64_t j0 = begin + static_cast<int64_t>(it) * kTile;
-    if (p.stages == 2 && it + 1 < ntiles) load_tile(j0 + kTile, (it + 1) & 1);
+    // Into the slot the previous tile used (every warp is past it: the barrier below).
+    if (it + S - 1 < ntiles) load_tile(j0 + (S - 1) * kTile, (it + S - 1) % S);
     cp_async_commit();
-    if (p.stages == 2) {
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<S - 1>();
     __syncthreads();
-    const int slot = p.stages == 2 ? (it & 1) : 0;
+    const int slot = it % S;
     const float* kt = ks + slot * kstride;
     const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
@@ -127,7 +127,6 @@ __global__ void attention_split_kernel(AttnParams p) {
       }
     }
     __syncthreads();  // the slot is refilled next
-    if (p.stages == 1 && it + 1 < ntiles) load_tile(j0 + kTile, 0);
   }
   float* out = p.partial + (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
 #pragma unroll
@@ -141,7 +140,9 @@ __global__ void attention_split_kernel(AttnParams p) {
   }
 }
 
-// One warp per (token, head): merges the token's splits in order and normalises.
+// One warp per (token, head): the largest of the splits' maxima first (exact in any order),
+// then every split's sums scaled to it and added in split order, normalised at the end. The
+// splits' loads do not wait on each other's arithmetic.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
@@ -151,20 +152,21 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   const int64_t tl = w / heads, h = w % heads, t = t_begin + tl;
   const int n = static_cast<int>(pos[t] / kSplit) + 1;
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
-  float o[kMaxDimsPerLane];
-  float M = base[hd], L = base[hd + 1];
+  float M = -INFINITY;
+  for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
+  M = warp_max(M);
+  float o[kMaxDimsPerLane], L = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] = lane + 32 * i < hd ? base[lane + 32 * i] : 0.0f;
-  for (int s = 1; s < n; ++s) {
+  for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] = 0.0f;
+#pragma unroll 4
+  for (int s = 0; s < n; ++s) {
     const float* ps = base + s * (hd + 2);
-    const float ms = ps[hd], ls = ps[hd + 1];
-    const float Mn = fmaxf(M, ms), a = expf(M - Mn), b = expf(ms - Mn);
-    L = L * a + ls * b;
+    const float b = expf(ps[hd] - M);
+    L = fmaf(ps[hd + 1], b, L);
 #pragma unroll
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      if (lane + 32 * i < hd) o[i] = fmaf(ps[lane + 32 * i], b, o[i] * a);
+      if (lane + 32 * i < hd) o[i] = fmaf(ps[lane + 32 * i], b, o[i]);
     }
-    M = Mn;
   }
   const float inv = 1.0f / L;
 #pragma unroll
@@ -205,8 +207,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   // Prefill (some sequence has several tokens here) takes the register-tiled kernel, in blocks
   // of qb tokens of one sequence, where it has a variant for this head_dim and group.
   const int qb = T > layout.num_seqs ? tiled_block_tokens(hd, group) : 0;
-  // Per-token kernel: two K/V tiles in flight where the GPU's shared memory allows (it does on
-  // sm_90 up to head_dim 256 with 16 query heads per KV head), one otherwise.
+  // Per-token kernel: three K/V tiles in flight where the GPU's shared memory allows (it does on
+  // sm_90 up to head_dim 256 with 16 query heads per KV head), fewer otherwise.
   auto smem_for = [&](int stages) {
     return (stages * kTile * (2 * hd + 4) + group * hd) * sizeof(float);
   };
@@ -214,11 +216,14 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     int dev = 0, v = 0;
     HIBANA_CUDA(cudaGetDevice(&dev));
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    HIBANA_CUDA(cudaFuncSetAttribute(attention_split_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    for (auto kernel :
+         {attention_split_kernel<1>, attention_split_kernel<2>, attention_split_kernel<3>}) {
+      HIBANA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    }
     return v;
   }();
-  const int stages = smem_for(2) <= static_cast<size_t>(smem_optin) ? 2 : 1;
+  int stages = 3;
+  while (stages > 1 && smem_for(stages) > static_cast<size_t>(smem_optin)) --stages;
   const size_t smem = smem_for(stages);
   check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
@@ -249,7 +254,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.t_begin = t0;
     p.t_count = n;
     p.max_splits = max_splits;
-    p.stages = stages;
     p.group = static_cast<int>(group);
     p.seq_start = layout.seq_start.ptr<int32_t>();
     p.num_seqs = S;
@@ -260,7 +264,14 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     } else {
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
-      attention_split_kernel<<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(p);
+      const unsigned threads = static_cast<unsigned>(group * 32);
+      if (stages == 3) {
+        attention_split_kernel<3><<<grid, threads, smem, stream()>>>(p);
+      } else if (stages == 2) {
+        attention_split_kernel<2><<<grid, threads, smem, stream()>>>(p);
+      } else {
+        attention_split_kernel<1><<<grid, threads, smem, stream()>>>(p);
+      }
       launched("attention_split_kernel");
     }
     attention_merge_kernel<<<blocks_for(n * heads * 32, 256), 256, 0, stream()>>>(

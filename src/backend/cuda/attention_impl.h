@@ -26,7 +26,6 @@ struct AttnParams {
   int64_t t_begin;  // first token of this launch
   int64_t t_count;  // tokens of this launch
   int max_splits;
-  int stages;  // per-token kernel: K/V tiles in flight, 2 or 1 where shared memory is short
   int group;   // query heads per KV head
   // Tiled kernel: CTA x serves up to `block_tokens` consecutive tokens of one sequence;
   // sequence s's blocks start at block_start[s] (num_seqs + 1 entries, set by tiled_launch).

@@ -17,9 +17,9 @@ namespace hibana::cuda {
 
 [[noreturn]] void throw_cuda(cudaError_t e, const char* what);
 
-#define HIBANA_CUDA(call)                                           \
-  do {                                                              \
-    cudaError_t hibana_e_ = (call);                                 \
+#define HIBANA_CUDA(call)                                                       \
+  do {                                                                          \
+    cudaError_t hibana_e_ = (call);                                             \
     if (hibana_e_ != cudaSuccess) ::hibana::cuda::throw_cuda(hibana_e_, #call); \
   } while (0)
 
@@ -54,10 +54,14 @@ enum class Elt : int { f32, bf16, f16, fp8 };
 
 inline Elt elt_of(DType t) {
   switch (t) {
-    case DType::f32: return Elt::f32;
-    case DType::bf16: return Elt::bf16;
-    case DType::f16: return Elt::f16;
-    case DType::f8_e4m3: return Elt::fp8;
+    case DType::f32:
+      return Elt::f32;
+    case DType::bf16:
+      return Elt::bf16;
+    case DType::f16:
+      return Elt::f16;
+    case DType::f8_e4m3:
+      return Elt::fp8;
     default:
       throw Error(ErrorKind::unsupported,
                   std::string("CUDA kernels cannot read dtype ") + dtype_name(t));
@@ -67,13 +71,21 @@ inline Elt elt_of(DType t) {
 template <Elt E>
 struct EltInfo;
 template <>
-struct EltInfo<Elt::f32> { static constexpr int size = 4; };
+struct EltInfo<Elt::f32> {
+  static constexpr int size = 4;
+};
 template <>
-struct EltInfo<Elt::bf16> { static constexpr int size = 2; };
+struct EltInfo<Elt::bf16> {
+  static constexpr int size = 2;
+};
 template <>
-struct EltInfo<Elt::f16> { static constexpr int size = 2; };
+struct EltInfo<Elt::f16> {
+  static constexpr int size = 2;
+};
 template <>
-struct EltInfo<Elt::fp8> { static constexpr int size = 1; };
+struct EltInfo<Elt::fp8> {
+  static constexpr int size = 1;
+};
 
 template <Elt E>
 __device__ __forceinline__ float load_elt(const void* base, int64_t i) {
@@ -84,7 +96,8 @@ __device__ __forceinline__ float load_elt(const void* base, int64_t i) {
   } else if constexpr (E == Elt::f16) {
     return __half2float(static_cast<const __half*>(base)[i]);
   } else {
-    __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(base)[i], __NV_E4M3);
+    __half_raw h =
+        __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(base)[i], __NV_E4M3);
     return __half2float(__half(h));
   }
 }
@@ -113,8 +126,10 @@ __device__ __forceinline__ void decode16(const uint4& v, float* out) {
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffff), __NV_E4M3);
-      __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
+      __half2_raw lo =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffff), __NV_E4M3);
+      __half2_raw hi =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
       float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
       out[4 * i] = a.x;
       out[4 * i + 1] = a.y;
@@ -130,19 +145,31 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
                "r"(valid ? 16 : 0));
 }
+// The same for streamed weights: the L2 fetches the next 256 bytes along with these.
+__device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
                "r"(valid ? 4 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float silu_f(float x) {
+  return x / (1.0f + expf(-x));
+}
 
 // Sum over a warp in a fixed butterfly order (every lane gets the same bits).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -161,6 +188,8 @@ inline unsigned blocks_for(int64_t n, int threads) {
 }
 
 // Row stride in elements of a 2-D f32 tensor (rows may be a column range of a wider buffer).
-inline int64_t ld(const Tensor& t) { return t.stride[0]; }
+inline int64_t ld(const Tensor& t) {
+  return t.stride[0];
+}
 
 }  // namespace hibana::cuda

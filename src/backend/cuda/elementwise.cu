@@ -57,17 +57,29 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
 }
 
 // One 256-thread CTA per group, for wide groups (whole hidden rows): the same maths with a
-// fixed two-level reduction (warps, then the 8 warp sums in order).
+// fixed two-level reduction (each thread's values in order, warps, then the 8 warp sums in
+// order). A thread keeps its first kWideCached values in registers, so their loads all issue at
+// once and the output pass does not read x again.
+constexpr int kWideCached = 24;  // values of x per thread held in registers (rows up to 6144)
 template <bool kGated>
-__global__ void rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
-                                    const float* w, float eps, bool zero_centred, int64_t D,
-                                    int64_t G, float* out, int64_t ldo) {
+__global__ void __launch_bounds__(256)
+    rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
+                        float eps, bool zero_centred, int64_t D, int64_t G, float* out,
+                        int64_t ldo) {
   const int64_t groups_per_row = D / G;
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
   const float* xr = x + r * ldx + c0;
   __shared__ float part[8];
+  float v[kWideCached];
+#pragma unroll
+  for (int j = 0; j < kWideCached; ++j) {
+    const int64_t i = threadIdx.x + 256 * j;
+    v[j] = i < G ? xr[i] : 0.0f;
+  }
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < G; i += 256) ss = fmaf(xr[i], xr[i], ss);
+#pragma unroll
+  for (int j = 0; j < kWideCached; ++j) ss = fmaf(v[j], v[j], ss);  // (adds exact zeros past G)
+  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) ss = fmaf(xr[i], xr[i], ss);
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
@@ -76,11 +88,17 @@ __global__ void rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z,
   for (int i = 0; i < 8; ++i) total += part[i];
   const float inv = 1.0f / sqrtf(total / static_cast<float>(G) + eps);
   float* yr = out + r * ldo + c0;
-  for (int64_t i = threadIdx.x; i < G; i += 256) {
-    float y = zero_centred ? (xr[i] * inv) * (1.0f + w[i]) : w[i] * (xr[i] * inv);
+  auto put = [&](int64_t i, float xi) {
+    float y = zero_centred ? (xi * inv) * (1.0f + w[i]) : w[i] * (xi * inv);
     if constexpr (kGated) y *= silu_f(z[r * ldz + c0 + i]);
     yr[i] = y;
+  };
+#pragma unroll
+  for (int j = 0; j < kWideCached; ++j) {
+    const int64_t i = threadIdx.x + 256 * j;
+    if (i < G) put(i, v[j]);
   }
+  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) put(i, xr[i]);
 }
 
 // ---- rotary embedding ----------------------------------------------------------------------
@@ -90,7 +108,8 @@ __global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * heads * half) return;
   const int64_t t = i / (heads * half), h = (i / half) % heads, d = i % half;
-  const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(rot_dim));
+  const float inv_freq =
+      1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(rot_dim));
   const float ang = static_cast<float>(pos[t]) * inv_freq;
   const float cs = cosf(ang), sn = sinf(ang);
   float* v = x + t * ldx + h * head_dim;
@@ -214,14 +233,22 @@ void embedding(const Weight& table, const Tensor& ids, Tensor out) {
   dim3 grid(static_cast<unsigned>(T), std::min(blocks_for(H, 256), 64u));
   auto go = [&](auto kernel) {
     kernel<<<grid, 256, 0, stream()>>>(table.w.data, table.w.stride[0], scale, scale_ld,
-                                        table.block_rows, table.block_cols, ids.ptr<int32_t>(), H,
-                                        out.ptr<float>(), ld(out));
+                                       table.block_rows, table.block_cols, ids.ptr<int32_t>(), H,
+                                       out.ptr<float>(), ld(out));
   };
   switch (elt_of(table.w.dtype)) {
-    case Elt::f32: go(embedding_kernel<Elt::f32>); break;
-    case Elt::bf16: go(embedding_kernel<Elt::bf16>); break;
-    case Elt::f16: go(embedding_kernel<Elt::f16>); break;
-    case Elt::fp8: go(embedding_kernel<Elt::fp8>); break;
+    case Elt::f32:
+      go(embedding_kernel<Elt::f32>);
+      break;
+    case Elt::bf16:
+      go(embedding_kernel<Elt::bf16>);
+      break;
+    case Elt::f16:
+      go(embedding_kernel<Elt::f16>);
+      break;
+    case Elt::fp8:
+      go(embedding_kernel<Elt::fp8>);
+      break;
   }
   launched("embedding_kernel");
 }
@@ -235,7 +262,8 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
   check_same_rows(x, out, op);
   if (z) check_same_rows(x, *z, op);
   const int64_t R = x.shape[0], D = x.shape[1], G = w.numel();
-  check(G > 0 && D % G == 0, ErrorKind::internal, std::string(op) + ": weight size does not divide the row");
+  check(G > 0 && D % G == 0, ErrorKind::internal,
+        std::string(op) + ": weight size does not divide the row");
   const int64_t groups = R * (D / G);
   if (groups == 0) return;
   const float* zp = z ? z->ptr<float>() : nullptr;
@@ -311,8 +339,8 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Te
   if (T == 0) return;
   Scratch probs(static_cast<size_t>(T * E) * sizeof(float));
   moe_route_kernel<<<blocks_for(T * 32, 128), 128, 0, stream()>>>(
-      logits.ptr<float>(), ld(logits), T, E, static_cast<int>(k), renormalise,
-      ids.ptr<int32_t>(), weights.ptr<float>(), probs.as<float>());
+      logits.ptr<float>(), ld(logits), T, E, static_cast<int>(k), renormalise, ids.ptr<int32_t>(),
+      weights.ptr<float>(), probs.as<float>());
   launched("moe_route_kernel");
 }
 

@@ -15,12 +15,14 @@
 // difference, at three times the tensor work (decode is bound by reading the weights, prefill
 // by the mmas).
 //
-// Loads: lane (g, t) of a warp reads 16 bytes of weight rows g and g + 8 at k = chunk + 16t/size
-// (a warp instruction reads 8 rows x 64 bytes; a register stage of 4 chunks reads 256 contiguous
-// bytes of each of the warp's 16 rows), straight into registers, the next stage loading while
-// this one is multiplied. Within an mma the k positions of the A fragment are permuted so that
-// those 16 bytes are the lane's own fragment elements; the B fragment uses the same permutation,
-// which is a float4 of the lane's token.
+// Loads: lane (g, t) of a warp copies 16 bytes of weight rows g and g + 8 at k = chunk + 16t/size
+// (a warp instruction covers 8 rows x 64 bytes) with cp.async into its own slots of a ring in
+// shared memory, several 64-k stages ahead of the one it multiplies: each lane reads back only
+// what it copied, so the warps stream independently and the bytes in flight do not cost
+// registers. Within an mma the k positions of the A fragment are permuted so that those 16
+// bytes are the lane's own fragment elements. The CTA's activations travel with the weights,
+// through a shared ring, and are split into their bf16 terms once per stage, one stage before
+// they are used; the B fragment uses the same permutation.
 #include <memory>
 
 #include "backend/cuda/matmul_impl.h"
@@ -33,31 +35,37 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int64_t kParallelRows = 64;
-constexpr int kStagedK = 64;  // k per stage of the kernels that stage activations
+constexpr int kStageK = 64;  // k per pipeline stage
 
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// Sizes of the kernel for NT token tiles of 8 per CTA. The weight ring holds 8 KiB per warp
+// with one token tile (decode: four CTAs fit an SM), 6 KiB with four.
+template <Elt E, int NT>
+struct Small {
+  static constexpr int esize = EltInfo<E>::size;
+  static constexpr int VE = 16 / esize;      // weight elements per 16-byte copy
+  static constexpr int KC = 4 * VE;          // k per chunk (the 4 lanes of a row)
+  static constexpr int U = kStageK / KC;     // chunks per stage
+  static constexpr int MMAS = VE / 4;        // k16 products per chunk
+  static constexpr int BM = 8 * NT;          // token rows
+  static constexpr int kLaneCopies = 2 * U;  // 16-byte copies of a lane per stage
+  static constexpr int D = (NT == 1 ? 8192 : 6144) / (32 * 16 * kLaneCopies);  // ring depth
+  static constexpr int kRingBytes = kWarps * D * kLaneCopies * 32 * 16;
+  static constexpr int kXRawBytes = D * BM * kStageK * 4;  // the activations' ring
+  static constexpr int kPitch = kStageK / 4 * 6 + 2;       // u32 per token row of split terms
+  static constexpr int kSmem = kRingBytes + kXRawBytes + 2 * BM * kPitch * 4;
+  static_assert(D >= 3, "ring too shallow");
+};
 
-__device__ __forceinline__ float4 load_x4(const float* p, bool vec) {
-  if (vec) return __ldg(reinterpret_cast<const float4*>(p));
-  return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-}
-
-// NT token tiles of 8 per CTA; kSerial: the warp runs every split itself (large batches);
-// U: chunks per register stage (a loop blocking only: it does not change the arithmetic).
-template <Elt E, int NT, bool kSerial, bool kGrouped, int U>
+// kSerial: the CTA runs every split itself (large batches).
+template <Elt E, int NT, bool kSerial, bool kGrouped>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Params p) {
-  constexpr int esize = EltInfo<E>::size;
-  constexpr int VE = 16 / esize;  // weight elements per 16-byte load
-  constexpr int KC = 4 * VE;      // k per chunk (the 4 lanes of a row)
-  constexpr int MMAS = VE / 4;    // k16 products per chunk
-  constexpr int BM = 8 * NT;
+  using S = Small<E, NT>;
+  constexpr int esize = S::esize, VE = S::VE, KC = S::KC, U = S::U, BM = S::BM, D = S::D;
+  extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
+  float* xraw = reinterpret_cast<float*>(smem + S::kRingBytes);  // [D][BM][kStageK]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem + S::kRingBytes + S::kXRawBytes);
 
   const int m_tiles_y = kSerial ? gridDim.y : gridDim.y / p.splits;
   const int m_tile = kSerial ? blockIdx.y : blockIdx.y % m_tiles_y;
@@ -84,29 +92,61 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
   const unsigned char* wA = wbase + (okA ? rA : 0) * p.ldw * esize;
   const unsigned char* wB = wbase + (okB ? rB : 0) * p.ldw * esize;
-  const float* xr[NT];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int64_t r = x_row[g + 8 * nt];
-    xr[nt] = r >= 0 ? p.x + r * p.ldx : nullptr;
-  }
 
-  // Several token tiles (larger batches): the CTA's activations of each stage are split into
-  // bf16 terms once, by all its threads, into shared memory ([token][4 k][h01 h23 m01 m23 l01
-  // l23], rows padded by 8 bytes against bank conflicts), instead of by every warp.
-  constexpr bool kStaged = NT > 1;
-  constexpr int KI = U * KC;
-  static_assert(!kStaged || KI == kStagedK, "staged kernels take 64 k per stage");
-  constexpr int kPitch = kStagedK / 4 * 6 + 2;  // u32 per staged token row
-  __shared__ __align__(16) uint32_t xs[kStaged ? 2 : 1][kStaged ? BM : 1][kStaged ? kPitch : 1];
-  auto stage_x = [&](int slot, int64_t k0, int64_t k_end) {
-    for (int i = threadIdx.x; i < BM * (KI / 4); i += blockDim.x) {
-      const int r = i / (KI / 4), grp = i % (KI / 4);
-      const int64_t k = k0 + 4 * grp;
-      float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (x_row[r] >= 0 && k < k_end) xv = load_x4(p.x + x_row[r] * p.ldx + k, p.vec_x);
-      const Split3 b01 = split3(xv.x, xv.y), b23 = split3(xv.z, xv.w);
-      uint32_t* d = &xs[slot][r][grp * 6];
+  // The CTA's stages: its splits (all of them when serial), each cut into kStageK pieces. A
+  // Stage is advanced one at a time (no divisions in the loop); past the CTA's last split it
+  // stays empty (k0 == k_end).
+  const int64_t k_first = static_cast<int64_t>(kSerial ? 0 : my_split) * p.split_len;
+  const int64_t k_last = kSerial ? p.K : min(p.K, k_first + p.split_len);
+  struct Stage {
+    int64_t k0, k_end;  // first k of the stage, end of its split
+    int slot;           // ring slot
+  };
+  auto next = [&](Stage& st) {
+    st.k0 += kStageK;
+    if (st.k0 >= st.k_end) {
+      st.k0 = st.k_end;
+      st.k_end = min(k_last, st.k0 + p.split_len);
+    }
+    st.slot = st.slot + 1 == D ? 0 : st.slot + 1;
+  };
+  // A stage's weights into the lane's ring slot, and the CTA's activations of the stage into
+  // the shared ring slot (zeros past the split or the rows).
+  auto issue = [&](const Stage& st) {
+    if (st.k0 < st.k_end) {
+      uint4* slot = ring + st.slot * S::kLaneCopies * 32;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t gk = st.k0 + u * KC + t * VE;
+        const bool in = gk < st.k_end;
+        cp_async16_stream(slot + 2 * u * 32, wA + (in ? gk : 0) * esize, in && okA);
+        cp_async16_stream(slot + (2 * u + 1) * 32, wB + (in ? gk : 0) * esize, in && okB);
+      }
+      float* xr = xraw + st.slot * BM * kStageK;
+      for (int i = threadIdx.x; i < BM * kStageK / 4; i += kWarps * 32) {
+        const int r = i / (kStageK / 4), c = i % (kStageK / 4);
+        const int64_t k = st.k0 + 4 * c;
+        const bool ok = x_row[r] >= 0 && k < st.k_end;
+        const float* src = p.x + (ok ? x_row[r] * p.ldx + k : 0);
+        if (p.vec_x) {
+          cp_async16(xr + r * kStageK + 4 * c, src, ok);
+        } else {
+          for (int e = 0; e < 4; ++e)
+            cp_async4(xr + r * kStageK + 4 * c + e, src + (ok ? e : 0), ok);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  // A landed stage's activations as three bf16 terms ([token][4 k][h01 h23 m01 m23 l01 l23],
+  // rows padded against bank conflicts).
+  auto split_x = [&](int raw_slot, int term_slot) {
+    const float* xr = xraw + raw_slot * BM * kStageK;
+    for (int i = threadIdx.x; i < BM * kStageK / 4; i += kWarps * 32) {
+      const int r = i / (kStageK / 4), c = i % (kStageK / 4);
+      const float4 v = *reinterpret_cast<const float4*>(xr + r * kStageK + 4 * c);
+      const Split3 b01 = split3(v.x, v.y), b23 = split3(v.z, v.w);
+      uint32_t* d = xs + (term_slot * BM + r) * S::kPitch + c * 6;
       *reinterpret_cast<uint2*>(d) = make_uint2(b01.h, b23.h);
       *reinterpret_cast<uint2*>(d + 2) = make_uint2(b01.m, b23.m);
       *reinterpret_cast<uint2*>(d + 4) = make_uint2(b01.l, b23.l);
@@ -114,108 +154,87 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
   };
 
   // Per split: three independent mma chains (the h, m and l terms of x), folded as
-  // h + (m + l) where a split or scale block ends. Weights are double-buffered in registers: the
-  // next U chunks load while these are multiplied.
-  float total[NT][4] = {};
-  const int s_first = kSerial ? 0 : my_split, s_last = kSerial ? p.splits : my_split + 1;
-  for (int s = s_first; s < s_last; ++s) {
-    const int64_t k_begin = s * p.split_len, k_end = min(p.K, k_begin + p.split_len);
-    float acc[NT][4], ch[NT][4], cm[NT][4], cl[NT][4];
+  // h + (m + l) where a split or scale block ends; splits added in order.
+  float total[NT][4], acc[NT][4], ch[NT][4], cm[NT][4], cl[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+  for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][i] = ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
-    }
-    auto load = [&](uint4(&wa)[U], uint4(&wb)[U], int64_t k0) {
+    for (int i = 0; i < 4; ++i)
+      total[nt][i] = acc[nt][i] = ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
+  }
+  auto multiply = [&](const Stage& st, int x_slot) {
+    const int64_t k_end = st.k_end;
+    const uint4* slot = ring + st.slot * S::kLaneCopies * 32;
+    const uint32_t* x = xs + x_slot * BM * S::kPitch;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t gk = k0 + u * KC + t * VE;
-        const bool in = gk < k_end;
-        wa[u] = in && okA ? load_stream(wA + gk * esize) : make_uint4(0, 0, 0, 0);
-        wb[u] = in && okB ? load_stream(wB + gk * esize) : make_uint4(0, 0, 0, 0);
-      }
-    };
-    auto multiply = [&](const uint4(&wa)[U], const uint4(&wb)[U], int64_t k0, int slot) {
+    for (int u = 0; u < U; ++u) {
+      const int64_t ck = st.k0 + u * KC;
+      if (ck >= k_end) break;  // the same for the whole warp
+      const uint4 wa = slot[2 * u * 32], wb = slot[(2 * u + 1) * 32];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t ck = k0 + u * KC;
-        if (ck >= k_end) break;  // the same for the whole warp
-        const int64_t lk = ck + t * VE;
-        const bool lane_in = lk < k_end;
+      for (int j = 0; j < S::MMAS; ++j) {
+        uint32_t a[4];
+        a_fragment<E>(wa, wb, j, a);
 #pragma unroll
-        for (int j = 0; j < MMAS; ++j) {
-          uint32_t a[4];
-          a_fragment<E>(wa[u], wb[u], j, a);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            Split3 b01, b23;
-            if constexpr (kStaged) {
-              const uint32_t* xp = &xs[slot][g + 8 * nt][((u * KC + t * VE) / 4 + j) * 6];
-              const uint2 h = *reinterpret_cast<const uint2*>(xp);
-              const uint2 m = *reinterpret_cast<const uint2*>(xp + 2);
-              const uint2 l = *reinterpret_cast<const uint2*>(xp + 4);
-              b01 = {h.x, m.x, l.x};
-              b23 = {h.y, m.y, l.y};
-            } else {
-              float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-              if (lane_in && xr[nt] != nullptr) xv = load_x4(xr[nt] + lk + 4 * j, p.vec_x);
-              b01 = split3(xv.x, xv.y);
-              b23 = split3(xv.z, xv.w);
-            }
-            mma(ch[nt], a[0], a[1], a[2], a[3], b01.h, b23.h);
-            mma(cm[nt], a[0], a[1], a[2], a[3], b01.m, b23.m);
-            mma(cl[nt], a[0], a[1], a[2], a[3], b01.l, b23.l);
-          }
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t* xp = x + (g + 8 * nt) * S::kPitch + ((u * KC + t * VE) / 4 + j) * 6;
+          const uint2 h = *reinterpret_cast<const uint2*>(xp);
+          const uint2 m = *reinterpret_cast<const uint2*>(xp + 2);
+          const uint2 l = *reinterpret_cast<const uint2*>(xp + 4);
+          mma(ch[nt], a[0], a[1], a[2], a[3], h.x, h.y);
+          mma(cm[nt], a[0], a[1], a[2], a[3], m.x, m.y);
+          mma(cl[nt], a[0], a[1], a[2], a[3], l.x, l.y);
         }
-        // Scaled formats: each scale block's sum is scaled and added as the block ends.
-        const int64_t cend = ck + KC;
-        if (mat.scale != nullptr && (cend % p.block_cols == 0 || cend >= k_end)) {
-          const float sa = okA ? scale_at(p, mat.scale, rA, ck) : 0.0f;
-          const float sb = okB ? scale_at(p, mat.scale, rB, ck) : 0.0f;
+      }
+      // Scaled formats: each scale block's sum is scaled and added as the block ends.
+      const int64_t cend = ck + KC;
+      if (mat.scale != nullptr && (cend % p.block_cols == 0 || cend >= k_end)) {
+        const float sa = okA ? scale_at(p, mat.scale, rA, ck) : 0.0f;
+        const float sb = okB ? scale_at(p, mat.scale, rB, ck) : 0.0f;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
+        for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              acc[nt][i] = fmaf(ch[nt][i] + (cm[nt][i] + cl[nt][i]), i < 2 ? sa : sb, acc[nt][i]);
-              ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
-            }
+          for (int i = 0; i < 4; ++i) {
+            acc[nt][i] = fmaf(ch[nt][i] + (cm[nt][i] + cl[nt][i]), i < 2 ? sa : sb, acc[nt][i]);
+            ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
           }
         }
       }
-    };
-    // One stage: the next one's weights (and staged activations) load while this one is
-    // multiplied. Every warp of the CTA runs the same stages, so the barriers are uniform.
-    auto step = [&](uint4(&wa)[U], uint4(&wb)[U], uint4(&na)[U], uint4(&nb)[U], int64_t k0,
-                    int slot) {
-      const bool more = k0 + KI < k_end;
-      if (more) load(na, nb, k0 + KI);
-      if constexpr (kStaged) {
-        __syncthreads();  // this stage's activations are in; the other slot is free
-        if (more) stage_x(slot ^ 1, k0 + KI, k_end);
-      }
-      multiply(wa, wb, k0, slot);
-    };
-    uint4 wa0[U], wb0[U], wa1[U], wb1[U];
-    if constexpr (kStaged) {
-      __syncthreads();  // the previous split's last stage has been read
-      stage_x(0, k_begin, k_end);
     }
-    load(wa0, wb0, k_begin);
-    for (int64_t k0 = k_begin; k0 < k_end;) {
-      step(wa0, wb0, wa1, wb1, k0, 0);
-      k0 += KI;
-      if (k0 >= k_end) break;
-      step(wa1, wb1, wa0, wb0, k0, 1);
-      k0 += KI;
-    }
+  };
+  auto end_split = [&](bool first) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float v = mat.scale != nullptr ? acc[nt][i] : ch[nt][i] + (cm[nt][i] + cl[nt][i]);
-        total[nt][i] = s == s_first ? v : total[nt][i] + v;
+        total[nt][i] = first ? v : total[nt][i] + v;
+        acc[nt][i] = ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
       }
     }
+  };
+
+  // The stage multiplied and the one being copied (D - 1 ahead). A stage's activations are
+  // split one iteration before it is multiplied, so two stages must have landed at each barrier.
+  Stage mul{k_first, min(k_last, k_first + p.split_len), 0};
+  Stage iss = mul;
+  for (int q = 0; q < D - 1; ++q, next(iss)) issue(iss);
+  cp_async_wait<D - 3>();  // the first two stages have landed
+  __syncthreads();
+  split_x(0, 0);
+  bool first = true;
+  for (int x_slot = 0; mul.k0 < mul.k_end; x_slot ^= 1) {
+    __syncthreads();  // this stage's terms and the next one's activations are visible
+    issue(iss);       // into the slots emptied two iterations ago
+    next(iss);
+    multiply(mul, x_slot);
+    split_x(mul.slot + 1 == D ? 0 : mul.slot + 1, x_slot ^ 1);
+    if (mul.k0 + kStageK >= mul.k_end) {  // the stage ends its split
+      end_split(first);
+      first = false;
+    }
+    next(mul);
+    cp_async_wait<D - 3>();  // the stage after the next one has landed
   }
 
   // Lane outputs: c[0], c[1] are row rA for tokens 2t, 2t+1 of each tile; c[2], c[3] row rB.
@@ -247,21 +266,30 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Param
   });
 }
 
-template <Elt E, int NT, bool kSerial, int U = NT == 1 ? 4 : kStagedK / (64 / EltInfo<E>::size)>
+template <Elt E, int NT, bool kSerial, bool kGrouped>
+void launch_kernel(const Params& p, dim3 grid) {
+  constexpr int smem = Small<E, NT>::kSmem;
+  auto kernel = mma_kernel<E, NT, kSerial, kGrouped>;
+  static const bool configured = [kernel] {  // once per instantiation
+    HIBANA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  }();
+  (void)configured;
+  kernel<<<grid, kWarps * 32, smem, stream()>>>(p);
+  launched("mma_kernel");
+}
+
+template <Elt E, int NT, bool kSerial>
 void launch(const Params& p, bool grouped, int64_t m_tiles, int groups) {
   dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
             static_cast<unsigned>(m_tiles * (kSerial ? 1 : p.splits)),
             static_cast<unsigned>(groups));
-  if (grouped) {
-    mma_kernel<E, NT, kSerial, true, U><<<grid, kWarps * 32, 0, stream()>>>(p);
-  } else {
-    mma_kernel<E, NT, kSerial, false, U><<<grid, kWarps * 32, 0, stream()>>>(p);
-  }
-  launched("mma_kernel");
+  if (grouped) return launch_kernel<E, NT, kSerial, true>(p, grid);
+  launch_kernel<E, NT, kSerial, false>(p, grid);
 }
 
 // Batches up to 8 take one token tile per CTA, larger ones four. Splits run in parallel CTAs up
-// to kParallelRows rows (their partial sums stay a few tens of MiB), serially in each warp for
+// to kParallelRows rows (their partial sums stay a few tens of MiB), serially in each CTA for
 // longer prompts: the same arithmetic either way.
 template <Elt E>
 void launch_elt(const Params& p, bool parallel, bool grouped, int64_t max_rows, int groups) {

@@ -5,12 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -31,10 +31,22 @@ struct Header {
   uint64_t key_hi, key_lo, fingerprint, payload_bytes, payload_hash;
 };
 
-void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-uint32_t get_u32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-uint64_t get_u64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+void put_u32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  std::memcpy(p, &v, 8);
+}
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 void encode_header(const Header& h, uint8_t* p) {
   std::memset(p, 0, kHeader);
@@ -132,7 +144,8 @@ SsdStore::SsdStore(const SsdStoreOptions& options) : options_(options) {
   std::error_code ec;
   fs::create_directories(fs::path(root_) / "tmp", ec);
   if (ec) {
-    throw Error(ErrorKind::io, options.dir + ": cannot create the cache directory: " + ec.message());
+    throw Error(ErrorKind::io,
+                options.dir + ": cannot create the cache directory: " + ec.message());
   }
   io_ = std::make_unique<Io>(options.direct_io);
   stats_.io_uring = io_->uring;
@@ -189,7 +202,12 @@ bool SsdStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> 
   std::lock_guard<std::mutex> lock(mutex_);
   if (padded > options_.capacity_bytes) return false;
   AlignedBuffer buf(padded);
-  Header h{kVersion, kind, key.hi, key.lo, options_.model_fingerprint, payload.size(),
+  Header h{kVersion,
+           kind,
+           key.hi,
+           key.lo,
+           options_.model_fingerprint,
+           payload.size(),
            XXH3_64bits(payload.data(), payload.size())};
   encode_header(h, buf.data);
   std::memcpy(buf.data + kHeader, payload.data(), payload.size());
@@ -201,9 +219,13 @@ bool SsdStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> 
   const std::string final_path = path_of(key);
   auto fail = [&](const std::string& what, int err) {
     ::unlink(tmp.c_str());
-    ++stats_.write_failures;
-    log_warn("SSD cache: cannot ", what, " ", tmp, ": ", std::strerror(err),
-             " (the block stays uncached)");
+    // A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... failure, not each.
+    const uint64_t n = ++stats_.write_failures;
+    if ((n & (n - 1)) == 0) {
+      log_warn("SSD cache: cannot ", what, " ", tmp, ": ", std::strerror(err),
+               " (the block stays uncached; ", n, n == 1 ? " write failure" : " write failures",
+               " so far)");
+    }
     return false;
   };
   int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;

@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "support/temp_dir.h"
 
@@ -24,7 +28,9 @@ std::vector<uint8_t> payload(size_t n, uint8_t salt) {
   return v;
 }
 
-BlockKey key(uint64_t i) { return {0x1234, i}; }
+BlockKey key(uint64_t i) {
+  return {0x1234, i};
+}
 
 SsdStoreOptions opts(const std::string& dir, uint64_t fp = 7, uint64_t cap = 1 << 24) {
   SsdStoreOptions o;
@@ -139,7 +145,8 @@ TEST(SsdStore, WriteFailuresDegradeToMisses) {
   SsdStore s(opts(d.path()));
   ASSERT_TRUE(s.put(key(1), 1, payload(100, 1)));
   // Limit file size so the next write fails as on a full disk (EFBIG instead of ENOSPC).
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGXFSZ, &ignore, &old);
   rlimit saved{};
@@ -155,6 +162,61 @@ TEST(SsdStore, WriteFailuresDegradeToMisses) {
   EXPECT_FALSE(s.get(key(2), 1).has_value());
   EXPECT_EQ(s.get(key(1), 1), payload(100, 1)) << "the store keeps working";
   EXPECT_TRUE(s.put(key(3), 1, payload(100, 3)));
+}
+
+// A real full disk: the store on a 256 KiB tmpfs (skipped where this process may not mount
+// one) with a capacity far above it. Writes past the space fail (ENOSPC) and count as failures,
+// leaving no temporary files behind; the blocks stored before, and the store, keep working; no
+// partly written block is read back, then or after a restart; freed space takes writes again.
+TEST(SsdStore, AFullDiskDegradesToMissesAndRecovers) {
+  test::TempDir d;
+  const std::string mnt = d.file("small");
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  constexpr uint64_t kBlocks = 40;  // of 20 KB each: three times the space
+  std::map<uint64_t, std::vector<uint8_t>> stored;
+  auto check_all = [&](SsdStore& s) {
+    for (uint64_t i = 0; i < kBlocks; ++i) {
+      auto got = s.get(key(i), 1);
+      if (stored.count(i)) {
+        EXPECT_EQ(got, stored[i]) << "block " << i;
+      } else {
+        EXPECT_FALSE(got.has_value()) << "block " << i << " was never stored";
+      }
+    }
+  };
+  {
+    SsdStore s(opts(mnt, 7, 64 << 20));
+    for (uint64_t i = 0; i < kBlocks; ++i) {
+      auto p = payload(20000, static_cast<uint8_t>(i));
+      if (s.put(key(i), 1, p)) stored[i] = p;
+    }
+    EXPECT_GT(s.stats().write_failures, 0u);
+    EXPECT_FALSE(stored.empty());
+    EXPECT_LT(stored.size(), kBlocks);
+    check_all(s);
+    for (const auto& e : fs::recursive_directory_iterator(mnt)) {
+      EXPECT_NE(e.path().parent_path().filename(), "tmp") << "left behind: " << e.path();
+    }
+    // Dropping two stored blocks makes room for a new one.
+    auto it = stored.begin();
+    for (int n = 0; n < 2; ++n) {
+      s.clear_block(key(it->first));
+      it = stored.erase(it);
+    }
+    auto p = payload(20000, 99);
+    ASSERT_TRUE(s.put(key(kBlocks - 1), 1, p));
+    stored[kBlocks - 1] = p;
+    check_all(s);
+  }
+  SsdStore again(opts(mnt, 7, 64 << 20));
+  check_all(again);
 }
 
 // A process killed (SIGKILL) at random points while it writes blocks leaves a directory whose

@@ -204,14 +204,7 @@ std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Bac
   for (const std::string& n : ck->tensor_names()) ignored += n.rfind("model.visual.", 0) == 0;
   if (ignored) log_info("ignoring ", ignored, " vision-tower tensors (model.visual.*)");
   std::optional<Shard> shard = make_shard(config, options.comm, options.fp8);
-  LoadOptions opts = options;
-  if (shard) {
-    if (opts.load_mtp && config.mtp_layers > 0) {
-      log_info("tensor parallelism: the MTP head is not loaded (not sharded yet)");
-    }
-    opts.load_mtp = false;
-  }
-  ModelWeights weights = load_weights(config, ck, opts);
+  ModelWeights weights = load_weights(config, ck, options);
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
                                    std::move(shard));
@@ -225,7 +218,7 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
   ModelConfig config = parse_model_config(read_text_file(config_path), config_path);
   // Every rank makes the same whole model and keeps its part.
   std::optional<Shard> shard = make_shard(config, comm, dtype == DType::f8_e4m3);
-  ModelWeights weights = make_dummy_weights(config, dtype, seed, !shard);
+  ModelWeights weights = make_dummy_weights(config, dtype, seed);
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
                                    std::move(shard));
@@ -251,15 +244,23 @@ StateSpec Model::state_spec() const {
   return s;
 }
 
+namespace {
+// Rank 0 of a tensor-parallel model, before it announces a pass: the ranks are out of step
+// until the pass is through (then `broken` is cleared).
+void begin_leading_pass(const TensorParallel& tp) {
+  check(tp.leader() && !tp.released, ErrorKind::internal,
+        "only rank 0 runs passes of a tensor-parallel model, until it releases the others");
+  tp.broken = true;
+}
+}  // namespace
+
 void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state,
                     const ForwardOptions& options, ForwardOutput& out) const {
   check(!seqs.empty(), ErrorKind::invalid_argument, "forward: empty batch");
   if (tp_) {
-    check(tp_->leader() && !tp_->released, ErrorKind::internal,
-          "only rank 0 runs passes of a tensor-parallel model, until it releases the others");
     // Checked before the other ranks hear of the pass, so a bad id fails only here.
     for (const SequenceInput& s : seqs) check_tokens(s.tokens, config_.vocab_size);
-    tp_->broken = true;  // until the pass is through
+    begin_leading_pass(*tp_);
     send_step(*tp_->comm, seqs, options, state);
     forward_pass(seqs, state, options, out);
     tp_->broken = false;
@@ -287,6 +288,16 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
   forward_pass(seqs, state, options, out);
 }
 
+void Model::embed(const std::vector<int32_t>& tokens, Tensor out) const {
+  if (tp_) {
+    check_tokens(tokens, config_.vocab_size);
+    embed_rows(*tp_, *backend_, weights_.embed, tokens, out);
+  } else {
+    OwnedTensor ids = token_tensor(tokens, config_.vocab_size, backend_->device());
+    backend_->embedding(weights_.embed, ids.tensor, out);
+  }
+}
+
 void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& state,
                          const ForwardOptions& options, ForwardOutput& out) const {
   Backend& be = *backend_;
@@ -309,13 +320,7 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
   ls.to_device(dev);
 
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
-  if (tp_) {
-    check_tokens(tokens, config_.vocab_size);
-    embed_rows(*tp_, be, weights_.embed, tokens, x.tensor);
-  } else {
-    OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
-    be.embedding(weights_.embed, ids.tensor, x.tensor);
-  }
+  embed(tokens, x.tensor);
   for (const LayerWeights& l : weights_.layers) {
     layers::decoder_layer(layer_config(), l, be, x.tensor, ls.layout, state, layer_comm());
   }
@@ -333,7 +338,11 @@ void Model::follow(const std::function<const StateViews&(const StateGeometry&)>&
     for (const SequenceInput& s : step.seqs) {
       if (s.start_pos == 0 && s.slot >= 0) clear_recurrent_slot(views, s.slot);
     }
-    forward_pass(step.seqs, views, step.options, out);
+    if (step.mtp) {
+      mtp_pass(step.mtp_seqs, views, out);
+    } else {
+      forward_pass(step.seqs, views, step.options, out);
+    }
   }
 }
 
@@ -349,6 +358,21 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
                         ForwardOutput& out) const {
   check(has_mtp(), ErrorKind::unsupported, "this model has no MTP head");
   check(!seqs.empty(), ErrorKind::invalid_argument, "forward_mtp: empty batch");
+  const int64_t H = config_.hidden_size;
+  for (const MtpInput& s : seqs) {  // before the other ranks hear of the pass
+    check(static_cast<int64_t>(s.hidden.size()) == static_cast<int64_t>(s.next_tokens.size()) * H,
+          ErrorKind::invalid_argument, "forward_mtp: hidden must hold one row per token");
+    check_tokens(s.next_tokens, config_.vocab_size);
+  }
+  if (!tp_) return mtp_pass(seqs, state, out);
+  begin_leading_pass(*tp_);
+  send_mtp_step(*tp_->comm, seqs, state);
+  mtp_pass(seqs, state, out);
+  tp_->broken = false;
+}
+
+void Model::mtp_pass(std::span<const MtpInput> seqs, const StateViews& state,
+                     ForwardOutput& out) const {
   const MtpWeights& m = *weights_.mtp;
   const int64_t H = config_.hidden_size;
   std::vector<SeqDesc> desc;
@@ -358,8 +382,6 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   std::vector<float> hidden;
   for (const MtpInput& s : seqs) {
     const int64_t n = static_cast<int64_t>(s.next_tokens.size());
-    check(static_cast<int64_t>(s.hidden.size()) == n * H, ErrorKind::invalid_argument,
-          "forward_mtp: hidden must hold one row per token");
     desc.push_back({n, s.start_pos, s.pages, -1, {}});
     modes.push_back(s.logits);
     lengths.push_back(n);
@@ -374,14 +396,13 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool zc = config_.zero_centred_norm;
 
-  // fc([norm_e(embed(x_{p+1})) ; norm_h(h_p)])
+  // fc([norm_e(embed(x_{p+1})) ; norm_h(h_p)]); fc and the norms are whole on every rank.
   OwnedTensor cat = make_tensor(DType::f32, {T, 2 * H}, dev);
   Tensor e = cat.tensor, h = cat.tensor;
   e.shape[1] = H;
   h.shape[1] = H;
   h.data = cat.tensor.ptr<float>() + H;
-  OwnedTensor ids = token_tensor(tokens, config_.vocab_size, dev);
-  be.embedding(weights_.embed, ids.tensor, e);
+  embed(tokens, e);
   be.rmsnorm(e, m.pre_fc_norm_embedding, eps, zc, e);
   OwnedTensor hid = make_tensor(DType::f32, {T, H}, dev);
   copy_from_host(hidden.data(), hid.tensor);
@@ -389,9 +410,9 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   be.rmsnorm(h, m.pre_fc_norm_hidden, eps, zc, h);
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
   be.matmul(cat.tensor, m.fc, x.tensor);
-  layers::decoder_layer(config_, m.layer, be, x.tensor, ls.layout, state);
+  layers::decoder_layer(layer_config(), m.layer, be, x.tensor, ls.layout, state, layer_comm());
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
-  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, nullptr, out);
+  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, tp_.get(), out);
 }
 
 int64_t Model::parameter_count() const {

@@ -101,8 +101,8 @@ class Model {
   // The state of this rank's heads (the whole model's without tensor parallelism).
   StateSpec state_spec() const;
 
-  // On a tensor-parallel model only rank 0 calls forward(): it sends the pass to the other
-  // ranks, which run it in follow(), and every rank gets the whole logits.
+  // On a tensor-parallel model only rank 0 calls forward() and forward_mtp(): it sends the
+  // pass to the other ranks, which run it in follow(), and every rank gets the whole logits.
   void forward(std::span<const SequenceInput> seqs, const StateViews& state,
                const ForwardOptions& options, ForwardOutput& out) const;
   void forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
@@ -139,6 +139,9 @@ class Model {
  private:
   void forward_pass(std::span<const SequenceInput> seqs, const StateViews& state,
                     const ForwardOptions& options, ForwardOutput& out) const;
+  void mtp_pass(std::span<const MtpInput> seqs, const StateViews& state, ForwardOutput& out) const;
+  // out [tokens, hidden] <- the embedding rows of `tokens` (checked against the vocabulary).
+  void embed(const std::vector<int32_t>& tokens, Tensor out) const;
   // The shapes the layers compute with: this rank's (the whole model's without a shard).
   const ModelConfig& layer_config() const;
   Communicator* layer_comm() const;

@@ -66,8 +66,8 @@ ModelConfig shard_config(const ModelConfig& c, const ShardPlan& plan);
 
 // Replaces every tensor of `w` (whole-model weights, on the host) by the rank's part: views of
 // rows where they are contiguous (a memory-mapped checkpoint then reads only those bytes),
-// copies otherwise. The MTP head is not sharded yet: it is dropped. Throws Error(unsupported)
-// when a cut would fall inside an fp8 scale block.
+// copies otherwise. The MTP head's decoder layer is cut like the others (its fc and norms stay
+// whole). Throws Error(unsupported) when a cut would fall inside an fp8 scale block.
 void shard_weights(ModelWeights& w, const ModelConfig& c, const ShardPlan& plan);
 
 }  // namespace hibana

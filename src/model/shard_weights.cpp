@@ -177,6 +177,19 @@ class Cutter {
     if (!m.shared.gate.empty()) mlp(m.shared, plan_.shared_expert, "the shared expert's");
   }
 
+  void layer(LayerWeights& l) {
+    if (l.mixer == MixerKind::attention) {
+      attention(l.attn);
+    } else {
+      deltanet(l.gdn);
+    }
+    if (l.ffn == FfnKind::moe) {
+      moe(l.moe);
+    } else {
+      mlp(l.mlp, plan_.mlp, "the MLP's");
+    }
+  }
+
  private:
   const ModelConfig& c_;
   const ShardPlan& plan_;
@@ -191,19 +204,9 @@ void shard_weights(ModelWeights& w, const ModelConfig& c, const ShardPlan& plan)
   const bool tied = w.lm_head.w.data == w.embed.w.data;
   w.embed = cut.rows(w.embed, {plan.vocab}, "the embedding");
   w.lm_head = tied ? w.embed : cut.rows(w.lm_head, {plan.vocab}, "lm_head");
-  for (LayerWeights& l : w.layers) {
-    if (l.mixer == MixerKind::attention) {
-      cut.attention(l.attn);
-    } else {
-      cut.deltanet(l.gdn);
-    }
-    if (l.ffn == FfnKind::moe) {
-      cut.moe(l.moe);
-    } else {
-      cut.mlp(l.mlp, plan.mlp, "the MLP's");
-    }
-  }
-  w.mtp.reset();
+  for (LayerWeights& l : w.layers) cut.layer(l);
+  // The MTP head's decoder layer like the others; its fc and norms stay whole.
+  if (w.mtp) cut.layer(w.mtp->layer);
   w.matrix_bytes = count_matrix_bytes(w);
 }
 

@@ -15,15 +15,20 @@ namespace hibana {
 // Rank 0: announces a pass (the batch, its options and the geometry of the pool it runs on).
 void send_step(Communicator& comm, std::span<const SequenceInput> seqs,
                const ForwardOptions& options, const StateViews& state);
+// Rank 0: announces a pass of the MTP head.
+void send_mtp_step(Communicator& comm, std::span<const MtpInput> seqs, const StateViews& state);
 // Rank 0: announces that no more passes come.
 void send_stop(Communicator& comm);
 
-// What the other ranks receive: the pass, whose spans point into `storage`.
+// What the other ranks receive: the pass, whose spans point into `storage` and `hidden`.
 struct ReceivedStep {
-  std::vector<SequenceInput> seqs;
+  bool mtp = false;                 // a pass of the MTP head (mtp_seqs), else of the model (seqs)
+  std::vector<SequenceInput> seqs;  // the MTP head's sequences too, as mtp_seqs come from them
+  std::vector<MtpInput> mtp_seqs;
   ForwardOptions options;
   StateGeometry geometry;
   std::vector<int32_t> storage;
+  std::vector<float> hidden;  // the MTP head's hidden rows
 };
 // Other ranks: waits for rank 0's next message; false when it says stop.
 bool receive_step(Communicator& comm, ReceivedStep& step);

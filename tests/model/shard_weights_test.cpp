@@ -146,6 +146,27 @@ TEST(ShardWeights, PackedDeltaNetShareAKeyHead) {
   }
 }
 
+TEST(ShardWeights, MtpLayerIsCutLikeTheOthers) {
+  // Qwen3.5 fixture: the MTP head's attention and MLP keep the rank's heads and columns; its fc
+  // and norms stay whole.
+  const Loaded l = load("qwen3_5");
+  ASSERT_TRUE(l.whole.mtp.has_value());
+  const ShardPlan plan = make_shard_plan(l.config, 1, 2);
+  const ModelWeights w = shard(l, 1, 2);
+  ASSERT_TRUE(w.mtp.has_value());
+  const MtpWeights &a = *l.whole.mtp, &b = *w.mtp;
+  const int64_t hd = l.config.head_dim, qh = hd * (l.config.attention_output_gate ? 2 : 1);
+  expect_rows(a.layer.attn.q.w, b.layer.attn.q.w, {times(plan.attention.heads, qh)}, "q_proj");
+  expect_rows(a.layer.attn.k.w, b.layer.attn.k.w, {times(plan.attention.kv_heads, hd)}, "k_proj");
+  expect_rows(a.layer.attn.v.w, b.layer.attn.v.w, {times(plan.attention.kv_heads, hd)}, "v_proj");
+  expect_columns(a.layer.attn.o.w, b.layer.attn.o.w, times(plan.attention.heads, hd), "o_proj");
+  expect_rows(a.layer.mlp.gate.w, b.layer.mlp.gate.w, {plan.mlp}, "gate_proj");
+  expect_columns(a.layer.mlp.down.w, b.layer.mlp.down.w, plan.mlp, "down_proj");
+  EXPECT_EQ(b.fc.w.data, a.fc.w.data);
+  EXPECT_EQ(b.pre_fc_norm_hidden.data, a.pre_fc_norm_hidden.data);
+  EXPECT_EQ(b.layer.state_index, a.layer.state_index);
+}
+
 TEST(ShardWeights, Fp8ScalesFollowTheirRowsAndColumns) {
   const Loaded l = load("qwen3_fp8");  // 16 x 16 scale blocks, 96 columns
   const ModelWeights w = shard(l, 1, 2);

@@ -39,6 +39,8 @@ struct ServeArgs {
   int64_t max_context = 0;
   int64_t max_output_tokens = 0;
   int http_threads = 256;
+  int64_t stored_responses = 256;
+  std::string stored_responses_size = "64MiB";
   bool exact = false;
   bool no_prefix_cache = false;
   std::string cache_dir;
@@ -68,6 +70,11 @@ int serve(const ServeArgs& a) {
   so.threads = a.http_threads;
   so.max_body_bytes =
       static_cast<size_t>(server::parse_byte_size(a.max_body_size, "--max-body-size"));
+  check(a.stored_responses >= 0, ErrorKind::invalid_argument,
+        "--stored-responses must be 0 (none) or positive");
+  so.stored_responses.max_responses = static_cast<size_t>(a.stored_responses);
+  so.stored_responses.max_bytes = static_cast<size_t>(
+      server::parse_byte_size(a.stored_responses_size, "--stored-responses-size"));
   check(a.port >= 0 && a.port <= 65535, ErrorKind::invalid_argument, "--port must be 0..65535");
   if (!server::is_loopback_host(a.host) && a.api_keys.empty() && !a.insecure_no_auth) {
     throw Error(ErrorKind::invalid_argument,
@@ -177,6 +184,11 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "most tokens one reply may generate, whatever the request asks (default 0: up "
                   "to the end of the context)");
   cmd->add_option("--http-threads", args->http_threads, "connections served at once (default 256)");
+  cmd->add_option("--stored-responses", args->stored_responses,
+                  "Responses API responses kept in memory for previous_response_id, least "
+                  "recently used evicted first (default 256; 0: none)");
+  cmd->add_option("--stored-responses-size", args->stored_responses_size,
+                  "most memory the stored responses' JSON may take (default 64MiB)");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache,
                 "recompute every prompt instead of reusing earlier requests' state");
   cmd->add_option("--cache-dir", args->cache_dir,

@@ -14,6 +14,8 @@
 
 namespace hibana::server {
 
+class ResponseStore;
+
 struct RequestContext {
   std::string request_id;
   // A request header by (case-insensitive) name; "" when absent.
@@ -22,6 +24,8 @@ struct RequestContext {
   };
   // Whether the client has closed its connection.
   std::function<bool()> client_gone = [] { return false; };
+  // The server's stored Responses API responses (null: none are kept).
+  std::shared_ptr<ResponseStore> responses;
 };
 
 // A response body produced while the generation runs.

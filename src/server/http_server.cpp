@@ -57,9 +57,14 @@ class BacklogServer : public httplib::Server {
 }  // namespace
 
 struct HttpServer::Impl {
-  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)),
+        responses(options.stored_responses.max_responses > 0
+                      ? std::make_shared<ResponseStore>(options.stored_responses)
+                      : nullptr) {}
 
   ServerOptions options;
+  std::shared_ptr<ResponseStore> responses;
   BacklogServer server;
   std::thread thread;
   int port = 0;
@@ -112,7 +117,7 @@ struct HttpServer::Impl {
     if (req.method == "OPTIONS") {
       if (!cors) return httplib::Server::HandlerResponse::Unhandled;  // 404 below
       res.status = 204;
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       res.set_header("Access-Control-Allow-Headers",
                      "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
                      "x-stainless-os, x-stainless-lang, x-stainless-package-version, "
@@ -189,6 +194,7 @@ struct HttpServer::Impl {
       ctx.request_id = rid;
       ctx.header = [&req](const std::string& name) { return req.get_header_value(name); };
       ctx.client_gone = [this, probe] { return stopping.load() || probe->closed(); };
+      ctx.responses = responses;
       ApiResponse r = handler(*m, ctx, req.body);
       res.status = r.status;
       if (!r.stream) {
@@ -261,6 +267,22 @@ struct HttpServer::Impl {
     };
     for (const char* p : {"/v1/models", "/models", R"(/v1/models/(.+))", R"(/models/(.+))"}) {
       server.Get(p, models);
+    }
+
+    using StoredHandler = ApiResponse (*)(ResponseStore*, const std::string&);
+    auto stored = [this](StoredHandler handler) {
+      return [this, handler](const httplib::Request& req, httplib::Response& res) {
+        try {
+          ApiResponse r = handler(responses.get(), req.matches[1].str());
+          res.set_content(r.body, r.content_type);
+        } catch (const std::exception& e) {
+          send_error(res, ApiFamily::openai, to_api_error(e), request_id(res));
+        }
+      };
+    };
+    for (const char* p : {R"(/v1/responses/([^/]+))", R"(/responses/([^/]+))"}) {
+      server.Get(p, stored(&get_stored_response));
+      server.Delete(p, stored(&delete_stored_response));
     }
 
     server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {

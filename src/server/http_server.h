@@ -8,6 +8,7 @@
 //   GET  /metrics                   Prometheus text
 //   GET  /v1/models, /v1/models/ID
 //   POST /v1/chat/completions, /v1/completions, /v1/responses     OpenAI
+//   GET, DELETE /v1/responses/ID                                  stored Responses API responses
 //   POST /v1/messages, /v1/messages/count_tokens                  Anthropic
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "server/response_store.h"
 #include "server/served_model.h"
 
 namespace hibana::server {
@@ -27,6 +29,8 @@ struct ServerOptions {
   size_t max_body_bytes = size_t(64) << 20;
   std::vector<std::string> cors_origins;  // empty: no CORS headers; "*": any origin
   int threads = 256;                      // connections served at once (one thread each)
+  // Responses API responses kept for previous_response_id (max_responses 0: none).
+  ResponseStoreLimits stored_responses;
 };
 
 class HttpServer {

@@ -1,167 +1,11 @@
 #include "server/openai_responses.h"
 
-#include <map>
-
-#include "core/log.h"
-#include "server/billing_header.h"
 #include "server/json_fields.h"
 #include "server/openai_common.h"
-#include "server/request_options.h"
 
 namespace hibana::server {
 
 namespace {
-
-// ---- request ---------------------------------------------------------------------------------
-
-std::string part_text(const Json& content, const std::string& where) {
-  return content_text(content, where,
-                      {"input_text", "output_text", "text", "summary_text", "reasoning_text"});
-}
-
-class InputReader {
- public:
-  explicit InputReader(std::vector<ChatMessage>& messages) : messages_(messages) {}
-
-  void item(const Json& it, const std::string& at) {
-    if (!it.is_object()) throw invalid_field(at, "expected an input item object");
-    const std::string type = opt_string(it, "type", at).value_or("message");
-    if (type == "message") {
-      message(it, at);
-    } else if (type == "function_call") {
-      ToolCall c;
-      c.id = req_string(it, "call_id", at);
-      c.name = req_string(it, "name", at);
-      c.arguments = opt_string(it, "arguments", at).value_or("{}");
-      call(std::move(c));
-    } else if (type == "custom_tool_call") {
-      ToolCall c;
-      c.id = req_string(it, "call_id", at);
-      c.name = req_string(it, "name", at);
-      c.arguments = dump(Json{{"input", opt_string(it, "input", at).value_or("")}});
-      call(std::move(c));
-    } else if (type == "function_call_output" || type == "custom_tool_call_output") {
-      ChatMessage m;
-      m.role = "tool";
-      m.tool_call_id = req_string(it, "call_id", at);
-      const Json* output = member(it, "output");
-      m.content = output ? part_text(*output, at + ".output") : "";
-      auto name = names_.find(m.tool_call_id);
-      if (name != names_.end()) m.name = name->second;
-      messages_.push_back(std::move(m));
-    } else if (type == "reasoning") {
-      std::string text;
-      if (const Json* content = opt_array(it, "content", at))
-        text = part_text(*content, at + ".content");
-      if (text.empty()) {
-        if (const Json* summary = opt_array(it, "summary", at))
-          text = part_text(*summary, at + ".summary");
-      }
-      if (!pending_reasoning_.empty() && !text.empty()) pending_reasoning_ += "\n";
-      pending_reasoning_ += text;
-    } else if (type == "item_reference") {
-      throw invalid_field(at + ".type",
-                          "item_reference needs stored responses, which this server does not keep");
-    } else {
-      log_debug("responses: ignoring input item of type ", type);
-    }
-  }
-
- private:
-  void message(const Json& it, const std::string& at) {
-    const std::string role = req_string(it, "role", at);
-    const Json* content = member(it, "content");
-    if (!content) throw invalid_field(at + ".content", "is required");
-    ChatMessage m;
-    m.content = part_text(*content, at + ".content");
-    if (role == "user") {
-      m.role = "user";
-    } else if (role == "system" || role == "developer") {
-      m.role = "system";
-      m.content = normalize_billing_header(m.content);
-    } else if (role == "assistant") {
-      ChatMessage& a = assistant(true);
-      if (!a.content.empty()) a.content += "\n";
-      a.content += m.content;
-      return;
-    } else {
-      throw invalid_field(at + ".role", "unknown role '" + role + "'");
-    }
-    messages_.push_back(std::move(m));
-  }
-
-  void call(ToolCall c) {
-    names_[c.id] = c.name;
-    assistant(false).tool_calls.push_back(std::move(c));
-  }
-
-  // The assistant turn being built: the last message when it is an assistant one (text may be
-  // followed by calls, not the other way round), else a new one that takes pending reasoning.
-  ChatMessage& assistant(bool for_text) {
-    bool reuse = !messages_.empty() && messages_.back().role == "assistant" &&
-                 pending_reasoning_.empty() && !(for_text && !messages_.back().tool_calls.empty());
-    if (!reuse) {
-      ChatMessage m;
-      m.role = "assistant";
-      m.reasoning = std::move(pending_reasoning_);
-      pending_reasoning_.clear();
-      messages_.push_back(std::move(m));
-    }
-    return messages_.back();
-  }
-
-  std::vector<ChatMessage>& messages_;
-  std::string pending_reasoning_;
-  std::map<std::string, std::string> names_;
-};
-
-void read_tools(const Json& body, ResponsesRequest& out) {
-  ChatRequest& r = out.chat;
-  if (const Json* tools = opt_array(body, "tools", "")) {
-    Json converted = Json::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const Json& t = (*tools)[i];
-      const std::string at = "tools[" + std::to_string(i) + "]";
-      if (!t.is_object()) throw invalid_field(at, "expected an object");
-      const std::string type = req_string(t, "type", at);
-      Json fn = Json::object();
-      if (type == "function") {
-        fn["name"] = req_string(t, "name", at);
-        check_tool_name(fn["name"].get<std::string>(), at + ".name");
-        if (auto d = opt_string(t, "description", at)) fn["description"] = *d;
-        const Json* params = opt_object(t, "parameters", at);
-        fn["parameters"] =
-            params ? *params : Json{{"type", "object"}, {"properties", Json::object()}};
-      } else if (type == "custom") {
-        const std::string name = req_string(t, "name", at);
-        check_tool_name(name, at + ".name");
-        fn["name"] = name;
-        if (auto d = opt_string(t, "description", at)) fn["description"] = *d;
-        fn["parameters"] = Json{
-            {"type", "object"},
-            {"properties", Json{{"input", Json{{"type", "string"},
-                                               {"description", "the tool's free-form input"}}}}},
-            {"required", Json::array({"input"})}};
-        out.custom_tools.insert(name);
-      } else {
-        log_debug("responses: ignoring tool of type ", type);
-        continue;
-      }
-      converted.push_back(Json{{"type", "function"}, {"function", std::move(fn)}});
-    }
-    if (!converted.empty()) r.tools_json = dump(converted);
-  }
-  if (const Json* choice = member(body, "tool_choice")) {
-    if (choice->is_object() && !choice->contains("name") && !choice->contains("function")) {
-      // {"type": "web_search"}-style choices name hosted tools this server does not have.
-      throw invalid_field("tool_choice", "names a tool type this server does not offer");
-    }
-  }
-  Json subset = Json::object();
-  if (const Json* c = member(body, "tool_choice")) subset["tool_choice"] = *c;
-  if (const Json* p = member(body, "parallel_tool_calls")) subset["parallel_tool_calls"] = *p;
-  read_openai_tools(subset, r);
-}
 
 // ---- response --------------------------------------------------------------------------------
 
@@ -195,9 +39,10 @@ Json response_object(const ResponsesInfo& info, const char* status, Json output)
   j["model"] = info.model;
   j["output"] = std::move(output);
   j["parallel_tool_calls"] = echo("parallel_tool_calls", true);
-  j["previous_response_id"] = nullptr;
+  j["previous_response_id"] =
+      info.previous_response_id.empty() ? Json(nullptr) : Json(info.previous_response_id);
   j["reasoning"] = echo("reasoning", Json{{"effort", nullptr}, {"summary", nullptr}});
-  j["store"] = false;
+  j["store"] = info.store != nullptr;
   j["temperature"] = echo("temperature", nullptr);
   j["text"] = echo("text", Json{{"format", Json{{"type", "text"}}}});
   j["tool_choice"] = echo("tool_choice", "auto");
@@ -253,13 +98,16 @@ Json call_item(const ResponsesInfo& info, const std::string& id, const char* sta
               {"name", name}, {"arguments", arguments}};
 }
 
-void finish_status(const ChoiceResult& r, const char*& status, Json& details) {
-  status = "completed";
-  details = nullptr;
-  if (r.finish == FinishKind::length || r.finish == FinishKind::context_window) {
-    status = "incomplete";
-    details = Json{{"reason", "max_output_tokens"}};
-  }
+// The response once the generation ended: completed, or incomplete when the token limit or
+// the context ran out; stored when the request asked for it.
+Json final_response(const ResponsesInfo& info, const ChoiceResult& r, Json output,
+                    const UsageTotals& usage) {
+  const bool incomplete = r.finish == FinishKind::length || r.finish == FinishKind::context_window;
+  Json j = response_object(info, incomplete ? "incomplete" : "completed", std::move(output));
+  if (incomplete) j["incomplete_details"] = Json{{"reason", "max_output_tokens"}};
+  j["usage"] = responses_usage(usage);
+  if (info.store) info.store->put(info.id, {info.conversation, dump(j)});
+  return j;
 }
 
 class ResponsesStreamEncoder final : public StreamEncoder {
@@ -314,13 +162,8 @@ class ResponsesStreamEncoder final : public StreamEncoder {
       out += open(Open::message);
       out += close();
     }
-    const char* status = "completed";
-    Json details;
-    finish_status(results.at(0), status, details);
-    Json r = response_object(info_, status, output_);
-    r["incomplete_details"] = details;
-    r["usage"] = responses_usage(usage);
-    out += event(std::string(status) == "completed" ? "response.completed" : "response.incomplete",
+    Json r = final_response(info_, results.at(0), output_, usage);
+    out += event(r["status"] == "completed" ? "response.completed" : "response.incomplete",
                  Json{{"response", r}});
     return out;
   }
@@ -427,80 +270,6 @@ class ResponsesStreamEncoder final : public StreamEncoder {
 
 }  // namespace
 
-ResponsesRequest parse_responses_request(std::string_view text, const RequestContext& context) {
-  Json body = parse_body(text);
-  ResponsesRequest out;
-  ChatRequest& r = out.chat;
-  r.model = opt_string(body, "model", "").value_or("");
-  if (member(body, "previous_response_id")) {
-    throw invalid_field("previous_response_id",
-                        "is not supported: this server does not store responses (send the whole "
-                        "conversation as input)");
-  }
-  out.instructions = opt_string(body, "instructions", "").value_or("");
-  if (!out.instructions.empty()) {
-    r.messages.push_back({"system", normalize_billing_header(out.instructions), "", {}, "", ""});
-  }
-  const Json* input = member(body, "input");
-  if (!input) throw invalid_field("input", "is required");
-  if (input->is_string()) {
-    r.messages.push_back({"user", input->get<std::string>(), "", {}, "", ""});
-  } else if (input->is_array()) {
-    InputReader reader(r.messages);
-    for (size_t i = 0; i < input->size(); ++i) {
-      reader.item((*input)[i], "input[" + std::to_string(i) + "]");
-    }
-  } else {
-    throw invalid_field("input", "expected a string or an array of input items");
-  }
-  if (r.messages.empty()) throw invalid_field("input", "holds no messages");
-
-  read_tools(body, out);
-  GenerationOptions& g = r.gen;
-  read_sampling(body, g);
-  g.max_tokens = read_max_tokens(body, "max_output_tokens");
-  g.stream = opt_bool(body, "stream", "").value_or(false);
-  if (auto top = opt_int(body, "top_logprobs", "")) {
-    if (*top < 0 || *top > 20) throw invalid_field("top_logprobs", "must be between 0 and 20");
-    g.top_logprobs = static_cast<int32_t>(*top);
-  }
-  if (const Json* include = opt_array(body, "include", "")) {
-    for (const Json& v : *include) {
-      if (v.is_string() && v.get<std::string>() == "message.output_text.logprobs" &&
-          g.top_logprobs < 0) {
-        g.top_logprobs = 0;
-      }
-    }
-  }
-  if (const Json* reasoning = opt_object(body, "reasoning", "")) {
-    if (auto effort = opt_string(*reasoning, "effort", "reasoning")) {
-      r.enable_thinking = thinking_from_effort(*effort);
-    }
-  }
-  if (const Json* t = opt_object(body, "text", "")) {
-    read_response_format(opt_object(*t, "format", "text"), "text.format", r);
-  }
-  if (const Json* kwargs = opt_object(body, "chat_template_kwargs", "")) {
-    r.template_kwargs_json = dump(*kwargs);
-    if (const Json* t = member(*kwargs, "enable_thinking"); t && t->is_boolean()) {
-      r.enable_thinking = t->get<bool>();
-    }
-  }
-  std::string key = opt_string(body, "prompt_cache_key", "").value_or("");
-  if (key.empty()) key = opt_string(body, "safety_identifier", "").value_or("");
-  if (key.empty()) key = opt_string(body, "user", "").value_or("");
-  g.conversation = conversation_key(context.header("X-Claude-Code-Session-Id"), key);
-
-  Json echo = Json::object();
-  for (const char* k :
-       {"instructions", "max_output_tokens", "parallel_tool_calls", "reasoning", "temperature",
-        "text", "tool_choice", "tools", "top_p", "user", "metadata"}) {
-    if (const Json* v = member(body, k)) echo[k] = *v;
-  }
-  out.request_json = dump(echo);
-  return out;
-}
-
 std::unique_ptr<StreamEncoder> make_responses_stream_encoder(ResponsesInfo info) {
   return std::make_unique<ResponsesStreamEncoder>(std::move(info));
 }
@@ -520,13 +289,7 @@ std::string encode_responses_response(const ResponsesInfo& info, const ChoiceRes
   for (const ParsedToolCall& c : r.output.tool_calls) {
     output.push_back(call_item(info, random_id("fc_"), "completed", c.id, c.name, c.arguments));
   }
-  const char* status = "completed";
-  Json details;
-  finish_status(r, status, details);
-  Json j = response_object(info, status, std::move(output));
-  j["incomplete_details"] = details;
-  j["usage"] = responses_usage(usage);
-  return dump(j);
+  return dump(final_response(info, r, std::move(output), usage));
 }
 
 ApiResponse handle_responses(const ServedModel& model, const RequestContext& context,
@@ -547,12 +310,32 @@ ApiResponse handle_responses(const ServedModel& model, const RequestContext& con
   info.logprobs = chat.gen.top_logprobs >= 0;
   info.custom_tools = request.custom_tools;
   info.request_json = request.request_json;
+  info.previous_response_id = request.previous_response_id;
+  if (request.store) {
+    info.store = context.responses;
+    info.conversation = std::move(request.conversation);
+  }
   return respond(
       std::move(gen), chat.gen.stream, make_responses_stream_encoder(info),
       [info](const std::vector<ChoiceResult>& results, const UsageTotals& usage) {
         return encode_responses_response(info, results.at(0), usage);
       },
       context);
+}
+
+ApiResponse get_stored_response(ResponseStore* store, const std::string& id) {
+  std::shared_ptr<const StoredResponse> stored = store ? store->get(id) : nullptr;
+  if (!stored) throw response_not_found(store, id);
+  ApiResponse r;
+  r.body = stored->response;
+  return r;
+}
+
+ApiResponse delete_stored_response(ResponseStore* store, const std::string& id) {
+  if (!store || !store->remove(id)) throw response_not_found(store, id);
+  ApiResponse r;
+  r.body = dump(Json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+  return r;
 }
 
 }  // namespace hibana::server

@@ -1,7 +1,10 @@
 // OpenAI Responses: POST /v1/responses (what Codex CLI speaks). Input items of types message,
 // function_call, function_call_output, custom_tool_call(_output) and reasoning become the
 // conversation; `instructions` the system message; function and custom tools are offered
-// (other tool types are ignored). Responses are not stored (previous_response_id is refused).
+// (other tool types are ignored). Responses with `store` (the default) are kept in the
+// context's ResponseStore: `previous_response_id` continues one (its conversation and output
+// come before the new input; its instructions do not), GET/DELETE /v1/responses/{id} read and
+// drop one.
 //
 // Stream events, each with a sequence_number, in the order Codex expects:
 //   response.created → response.in_progress →
@@ -22,6 +25,7 @@
 
 #include "server/api_types.h"
 #include "server/chat_request.h"
+#include "server/response_store.h"
 #include "server/served_model.h"
 
 namespace hibana::server {
@@ -31,8 +35,12 @@ struct ResponsesRequest {
   std::string instructions;
   std::set<std::string> custom_tools;  // names of "custom" (free-form input) tools
   std::string request_json;            // echo fields: tools, tool_choice, reasoning, metadata, ...
+  std::string previous_response_id;
+  bool store = false;        // `store` asked for and the server keeps responses
+  std::string conversation;  // with store: every input item as JSON, earlier turns included
 };
 
+// Throws a 404 when previous_response_id names no stored response (context.responses).
 ResponsesRequest parse_responses_request(std::string_view body, const RequestContext& context);
 
 struct ResponsesInfo {
@@ -42,6 +50,11 @@ struct ResponsesInfo {
   bool logprobs = false;
   std::set<std::string> custom_tools;
   std::string request_json;  // the parsed request, for the fields a response echoes
+  std::string previous_response_id;
+  // Set when the response is to be stored: a completed or incomplete response is put there
+  // under `id` with `conversation` (ResponsesRequest::conversation) as it is returned.
+  std::shared_ptr<ResponseStore> store;
+  std::string conversation;
 };
 
 std::unique_ptr<StreamEncoder> make_responses_stream_encoder(ResponsesInfo info);
@@ -50,5 +63,10 @@ std::string encode_responses_response(const ResponsesInfo& info, const ChoiceRes
 
 ApiResponse handle_responses(const ServedModel& model, const RequestContext& context,
                              std::string_view body);
+
+// GET /v1/responses/{id}: the stored response object; DELETE: {id, object:
+// "response.deleted", deleted: true}. 404 when `id` is not stored.
+ApiResponse get_stored_response(ResponseStore* store, const std::string& id);
+ApiResponse delete_stored_response(ResponseStore* store, const std::string& id);
 
 }  // namespace hibana::server

@@ -393,8 +393,8 @@ TEST(ResponsesRequest, RefusesWhatItCannotDo) {
   auto parse = [](const std::string& body) {
     return [body] { parse_responses_request(body, {}); };
   };
-  expect_error(parse(R"({"input": "x", "previous_response_id": "resp_1"})"), 400,
-               "previous_response_id");
+  expect_error(parse(R"({"input": "x", "previous_response_id": "resp_1"})"), 404,
+               "response 'resp_1' not found (this server does not store responses)");
   expect_error(parse(R"({"model": "m"})"), 400, "input: is required");
   expect_error(parse(R"({"input": 3})"), 400, "input: expected a string or an array");
   expect_error(parse(R"({"input": [{"type": "item_reference", "id": "x"}]})"), 400,

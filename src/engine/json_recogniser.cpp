@@ -228,6 +228,10 @@ bool JsonRecogniser::step(State& st, char c) {
       return !st.in_key || key_byte(st, c);
     case S::number:
       if (is_digit(c)) {
+        // Numbers stay what the server can pass on exactly: at most 18 integer digits (an int64
+        // keeps them; longer ones came back as doubles), 20 fraction and 3 exponent digits.
+        const int most = st.num <= 2 ? 18 : st.num <= 4 ? 20 : 3;
+        if (++st.digits > most) return false;
         switch (st.num) {
           case 0:
             st.num = c == '0' ? 1 : 2;
@@ -248,11 +252,13 @@ bool JsonRecogniser::step(State& st, char c) {
       if (c == '.') {
         if (st.num != 1 && st.num != 2) return false;
         st.num = 3;
+        st.digits = 0;
         return fraction(st);
       }
       if (c == 'e' || c == 'E') {
         if (st.num != 1 && st.num != 2 && st.num != 4) return false;
         st.num = 5;
+        st.digits = 0;
         return fraction(st);
       }
       if (st.num != 5) return false;  // '+' or '-'
@@ -303,6 +309,7 @@ bool JsonRecogniser::begin_value(State& st, char c) {
   } else if (types & JsonSchema::kInteger) {
     st.s = S::number;
     st.num = c == '-' ? 0 : (c == '0' ? 1 : 2);
+    st.digits = c == '-' ? 0 : 1;
   } else {
     st.word = c == 't' ? 0 : c == 'f' ? 1 : 2;
     st.word_pos = 1;

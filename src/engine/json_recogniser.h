@@ -60,8 +60,9 @@ class JsonRecogniser {
   // (probes append to the pools past the committed state and overwrite each other there).
   struct State {
     S s = S::value;
-    uint8_t num = 0;  // number part: 0 sign, 1 int-first-digit-0, 2 int, 3 dot, 4 frac, 5 e,
-                      // 6 e-sign, 7 exp
+    uint8_t num = 0;     // number part: 0 sign, 1 int-first-digit-0, 2 int, 3 dot, 4 frac, 5 e,
+                         // 6 e-sign, 7 exp
+    uint8_t digits = 0;  // digits so far in the number part being read
     uint8_t hex_left = 0;
     uint8_t word = 0;  // literal: 0 true, 1 false, 2 null
     uint8_t word_pos = 0;

@@ -59,6 +59,18 @@ TEST(JsonSchema, TypesAreEnforcedByteByByte) {
   expect_rejected_at(s, R"(["x"])", "[");  // the root is an object
 }
 
+// Numbers the server passes on exactly: longer integer parts came back as doubles (a 155-digit
+// integer argument was returned as 1.5e+155), and a model can run on writing digits.
+TEST(JsonSchema, NumbersStayWithinWhatPassesThroughExactly) {
+  auto s = compile(R"({"type": "object", "properties": {
+      "i": {"type": "integer"}, "n": {"type": "number"}}})");
+  const std::string d18(18, '7'), f20(20, '3');
+  EXPECT_TRUE(accepts(s, "{\"i\": -" + d18 + ", \"n\": " + d18 + "." + f20 + "e-123}"));
+  expect_rejected_at(s, "{\"i\": " + d18 + "7}", "7}");    // the 19th digit
+  expect_rejected_at(s, "{\"n\": 1." + f20 + "3}", "3}");  // the 21st
+  expect_rejected_at(s, R"({"n": 1e+1234})", "4");
+}
+
 TEST(JsonSchema, AdditionalProperties) {
   auto closed = compile(R"({"properties": {"a": {}, "ab": {}}, "additionalProperties": false})");
   EXPECT_TRUE(accepts(closed, R"({"a": 1, "ab": 2})"));

@@ -98,11 +98,20 @@ Json call_item(const ResponsesInfo& info, const std::string& id, const char* sta
               {"name", name}, {"arguments", arguments}};
 }
 
+bool cut_short(const ChoiceResult& r) {
+  return r.finish == FinishKind::length || r.finish == FinishKind::context_window;
+}
+
+// The status of the item being written when the generation ended (earlier ones completed).
+const char* last_item_status(const ChoiceResult& r) {
+  return cut_short(r) ? "incomplete" : "completed";
+}
+
 // The response once the generation ended: completed, or incomplete when the token limit or
 // the context ran out; stored when the request asked for it.
 Json final_response(const ResponsesInfo& info, const ChoiceResult& r, Json output,
                     const UsageTotals& usage) {
-  const bool incomplete = r.finish == FinishKind::length || r.finish == FinishKind::context_window;
+  const bool incomplete = cut_short(r);
   Json j = response_object(info, incomplete ? "incomplete" : "completed", std::move(output));
   if (incomplete) j["incomplete_details"] = Json{{"reason", "max_output_tokens"}};
   j["usage"] = responses_usage(usage);
@@ -157,10 +166,11 @@ class ResponsesStreamEncoder final : public StreamEncoder {
   }
 
   std::string end(const std::vector<ChoiceResult>& results, const UsageTotals& usage) override {
-    std::string out = close();
+    const char* status = last_item_status(results.at(0));
+    std::string out = close(status);
     if (output_.empty()) {
       out += open(Open::message);
-      out += close();
+      out += close(status);
     }
     Json r = final_response(info_, results.at(0), output_, usage);
     out += event(r["status"] == "completed" ? "response.completed" : "response.incomplete",
@@ -224,7 +234,8 @@ class ResponsesStreamEncoder final : public StreamEncoder {
     return out;
   }
 
-  std::string close() {
+  // Ends the open item; `status` is the message's or call's (reasoning items have none).
+  std::string close(const char* status = "completed") {
     if (open_ == Open::none) return {};
     std::string out;
     Json item;
@@ -242,13 +253,13 @@ class ResponsesStreamEncoder final : public StreamEncoder {
                                     {"logprobs", lp ? chat_logprobs(*lp) : Json::array()}}));
       out += event("response.content_part.done",
                    item_fields(Json{{"content_index", 0}, {"part", output_text_part(text_, lp)}}));
-      item = message_item(item_id_, "completed", Json::array({output_text_part(text_, lp)}));
+      item = message_item(item_id_, status, Json::array({output_text_part(text_, lp)}));
     } else {
       if (!info_.custom_tools.count(call_name_)) {
         out += event("response.function_call_arguments.done",
                      item_fields(Json{{"name", call_name_}, {"arguments", text_}}));
       }
-      item = call_item(info_, item_id_, "completed", call_id_, call_name_, text_);
+      item = call_item(info_, item_id_, status, call_id_, call_name_, text_);
     }
     out +=
         event("response.output_item.done", Json{{"output_index", output_index_}, {"item", item}});
@@ -289,6 +300,7 @@ std::string encode_responses_response(const ResponsesInfo& info, const ChoiceRes
   for (const ParsedToolCall& c : r.output.tool_calls) {
     output.push_back(call_item(info, random_id("fc_"), "completed", c.id, c.name, c.arguments));
   }
+  if (output.back().contains("status")) output.back()["status"] = last_item_status(r);
   return dump(final_response(info, r, std::move(output), usage));
 }
 

@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/anthropic_messages.h"
 #include "server/openai_chat.h"
 #include "server/openai_responses.h"
@@ -299,6 +301,18 @@ TEST(ResponsesStream, IncompleteAndFailed) {
   EXPECT_EQ(events.back().event, "response.incomplete");
   EXPECT_EQ(events.back().json_data["response"]["incomplete_details"]["reason"],
             "max_output_tokens");
+  // The item being written when the tokens ran out is incomplete too, in its done event and in
+  // the response (as at OpenAI); so is a cut non-streaming response's last item.
+  const auto done = std::find_if(events.begin(), events.end(), [](const auto& e) {
+    return e.event == "response.output_item.done";
+  });
+  ASSERT_NE(done, events.end());
+  EXPECT_EQ(done->json_data["item"]["status"], "incomplete");
+  EXPECT_EQ(events.back().json_data["response"]["output"].back()["status"], "incomplete");
+  json cut = json::parse(encode_responses_response(info, result(FinishKind::length, "x"), usage()));
+  EXPECT_EQ(cut["output"].back()["status"], "incomplete");
+  json whole = json::parse(encode_responses_response(info, result(FinishKind::stop, "x"), usage()));
+  EXPECT_EQ(whole["output"].back()["status"], "completed");
   auto enc2 = make_responses_stream_encoder(info);
   enc2->begin(usage());
   auto failed = parse_sse(enc2->fail(ApiError(500, "boom")));

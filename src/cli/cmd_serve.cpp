@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string kv_cache_size = "1GiB";
   int64_t max_seqs = 32;
   int64_t step_tokens = 512;
+  int tp = 1;
   int64_t max_queue = 1024;
   int64_t max_context = 0;
   int64_t max_output_tokens = 0;
@@ -62,6 +63,10 @@ std::string default_served_name(const std::string& model_arg, const std::string&
 }
 
 int serve(const ServeArgs& a) {
+  check(a.tp == 1, ErrorKind::unsupported,
+        "serve --tp is not supported yet: the prefix cache and its host/SSD tiers move state "
+        "outside the forward pass, which the other ranks do not mirror yet. `hibana run --tp N` "
+        "works (docs/tensor-parallel.md)");
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -174,6 +179,7 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "device pool for the KV pages of running and cached sequences (default 1GiB; "
                   "e.g. 512MiB, 8GiB)");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
+  cmd->add_option("--tp", args->tp, "tensor-parallel ranks (not yet for serve; run has it)");
   cmd->add_option("--step-tokens", args->step_tokens,
                   "tokens per forward pass, decode plus prefill (default 512)");
   cmd->add_option("--max-queue", args->max_queue,

@@ -77,5 +77,13 @@ TEST_F(RunTensorParallel, AnErrorOnRankZeroEndsEveryRank) {
   EXPECT_THAT(r.err, HasSubstr("token id 999 is outside the vocabulary"));
 }
 
+// serve has no tensor parallelism yet: it says so, and why, before loading anything.
+TEST(ServeTensorParallel, IsRefusedWithTheReason) {
+  auto r = test::run_hibana("serve --port 0 --tp 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("serve --tp is not supported yet"));
+  EXPECT_THAT(r.err, HasSubstr("hibana run --tp N"));
+}
+
 }  // namespace
 }  // namespace hibana

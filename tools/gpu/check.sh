@@ -72,7 +72,7 @@ stage_profile() {
     --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1 --context 4096 --steps 1 \
     >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
   python3 tools/gpu/ncu_step.py "$OUT/ncu_decode.csv" | tee "$OUT/ncu_decode_step.txt" | head -40
-  for shape in ${SHAPES:-24576x4096 4096x4096}; do
+  for shape in $(echo "${SHAPES:-24576x4096,4096x4096}" | tr , " "); do
     timeout 200 ncu --clock-control none --cache-control none -k regex:mma_kernel --launch-skip 6 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section Occupancy --section LaunchStats $B/hibana bench matmul --device cuda \

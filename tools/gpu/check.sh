@@ -64,16 +64,19 @@ stage_matmul() {
     2>&1 | tee "$OUT/bench_matmul.log"
 }
 
-# Nsight Compute: per-kernel time of one replayed 8B decode step at batch 1, then the full
-# sections of the batch-1 tensor-core matmul at the 8B MLP shape.
+# Nsight Compute: per-kernel time of one replayed decode step at batch 1 (the 8B shape unless
+# PROFILE="CONFIG DTYPE LAUNCHES", e.g. "qwen3-next-80b-a3b fp8 6000"), then the full sections
+# of the batch-1 matmul at the SHAPES (none: skip).
 stage_profile() {
-  timeout 400 ncu --clock-control none --cache-control none --launch-count 1400 --metrics gpu__time_duration.sum --csv \
+  set -- ${PROFILE:-qwen3-8b bf16 1400}
+  timeout 400 ncu --clock-control none --cache-control none --launch-count $3 --metrics gpu__time_duration.sum --csv \
     --print-units base $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/qwen3-8b.json --dtype bf16 --batch 1 --context 4096 --steps 1 \
-    >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
-  python3 tools/gpu/ncu_step.py "$OUT/ncu_decode.csv" | tee "$OUT/ncu_decode_step.txt" | head -40
+    --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 1 \
+    >"$OUT/ncu_decode_$1.csv" 2>"$OUT/ncu_decode_$1.err"
+  python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_$1.csv" | tee "$OUT/ncu_decode_step_$1.txt" | head -40
+  [ "${SHAPES:-}" = none ] && return
   for shape in $(echo "${SHAPES:-24576x4096,4096x4096}" | tr , " "); do
-    timeout 200 ncu --clock-control none --cache-control none -k regex:mma_kernel --launch-skip 6 --launch-count 1 \
+    timeout 200 ncu --clock-control none --cache-control none -k regex:"gemv_kernel|mma_kernel" --launch-skip 6 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section Occupancy --section LaunchStats $B/hibana bench matmul --device cuda \
       --shapes $shape --batch 1 --reps 3 >"$OUT/ncu_matmul_$shape.txt" 2>&1

@@ -22,6 +22,7 @@ using namespace attn;
 __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int64_t ldv, float* kp,
                                 float* vp, const int32_t* slots, int64_t T, int64_t kv_heads,
                                 int64_t page, int64_t hd) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * kv_heads * hd) return;
   const int64_t t = i / (kv_heads * hd), h = (i / hd) % kv_heads, d = i % hd;
@@ -38,6 +39,7 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
 // repeats this arithmetic exactly for blocks of tokens.
 template <int S>
 __global__ void attention_split_kernel(AttnParams p) {
+  pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int64_t kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -146,6 +148,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
+  pdl_start();
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= tokens * heads) return;
@@ -186,9 +189,9 @@ void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
         "store_kv: k/v width");
   const int64_t n = layout.num_tokens * kv_heads * hd;
   if (n == 0) return;
-  store_kv_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(
-      k.ptr<float>(), ld(k), v.ptr<float>(), ld(v), k_pages.ptr<float>(), v_pages.ptr<float>(),
-      layout.kv_slot.ptr<int32_t>(), layout.num_tokens, kv_heads, page, hd);
+  launch_pdl(store_kv_kernel, blocks_for(n, 256), 256, 0, k.ptr<float>(), ld(k), v.ptr<float>(),
+             ld(v), k_pages.ptr<float>(), v_pages.ptr<float>(), layout.kv_slot.ptr<int32_t>(),
+             layout.num_tokens, kv_heads, page, hd);
   launched("store_kv_kernel");
 }
 
@@ -266,17 +269,17 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
                 static_cast<unsigned>(max_splits));
       const unsigned threads = static_cast<unsigned>(group * 32);
       if (stages == 3) {
-        attention_split_kernel<3><<<grid, threads, smem, stream()>>>(p);
+        launch_pdl(attention_split_kernel<3>, grid, threads, smem, p);
       } else if (stages == 2) {
-        attention_split_kernel<2><<<grid, threads, smem, stream()>>>(p);
+        launch_pdl(attention_split_kernel<2>, grid, threads, smem, p);
       } else {
-        attention_split_kernel<1><<<grid, threads, smem, stream()>>>(p);
+        launch_pdl(attention_split_kernel<1>, grid, threads, smem, p);
       }
       launched("attention_split_kernel");
     }
-    attention_merge_kernel<<<blocks_for(n * heads * 32, 256), 256, 0, stream()>>>(
-        partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-        out.ptr<float>(), ld(out));
+    launch_pdl(attention_merge_kernel, blocks_for(n * heads * 32, 256), 256, 0, partial.as<float>(),
+               layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits, out.ptr<float>(),
+               ld(out));
     launched("attention_merge_kernel");
   }
 }

@@ -26,7 +26,7 @@ struct AttnParams {
   int64_t t_begin;  // first token of this launch
   int64_t t_count;  // tokens of this launch
   int max_splits;
-  int group;   // query heads per KV head
+  int group;  // query heads per KV head
   // Tiled kernel: CTA x serves up to `block_tokens` consecutive tokens of one sequence;
   // sequence s's blocks start at block_start[s] (num_seqs + 1 entries, set by tiled_launch).
   const int32_t* block_start;

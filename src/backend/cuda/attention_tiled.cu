@@ -42,6 +42,7 @@ __device__ __forceinline__ bool cta_tokens(const AttnParams& p, int64_t& tb, int
 // Where each sequence's token blocks start among a launch's blocks (one CTA, a running sum).
 __global__ void attention_blocks_kernel(const int32_t* seq_start, int S, int64_t t0, int64_t n,
                                         int qb, int32_t* block_start) {
+  pdl_start();
   __shared__ int32_t carry;
   __shared__ int32_t part[1024];
   if (threadIdx.x == 0) carry = 0;
@@ -84,6 +85,7 @@ struct Shape {
 
 template <int HD, int R>
 __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
+  pdl_start();
   using S = Shape<HD, R>;
   int64_t tb = 0, tn = 0;
   if (!cta_tokens(p, tb, tn)) return;
@@ -295,7 +297,7 @@ void launch(const AttnParams& p, int64_t ctas) {
   (void)configured;
   dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(p.kv_heads),
             static_cast<unsigned>(p.max_splits));
-  tiled_kernel<HD, R><<<grid, kThreads, S::kSmem, stream()>>>(p);
+  launch_pdl(tiled_kernel<HD, R>, grid, kThreads, S::kSmem, p);
   launched("attention_tiled_kernel");
 }
 
@@ -325,8 +327,8 @@ int tiled_block_tokens(int64_t hd, int64_t group) {
 
 void tiled_launch(AttnParams p, int32_t* block_start) {
   p.block_start = block_start;
-  attention_blocks_kernel<<<1, 1024, 0, stream()>>>(p.seq_start, p.num_seqs, p.t_begin, p.t_count,
-                                                    p.block_tokens, block_start);
+  launch_pdl(attention_blocks_kernel, 1, 1024, 0, p.seq_start, p.num_seqs, p.t_begin, p.t_count,
+             p.block_tokens, block_start);
   launched("attention_blocks_kernel");
   // At most one partial block per sequence.
   const int64_t ctas = (p.t_count + p.block_tokens - 1) / p.block_tokens + p.num_seqs;

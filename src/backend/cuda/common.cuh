@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -32,8 +33,48 @@ inline void launched(const char* kernel) {
   if (e != cudaSuccess) throw_cuda(e, kernel);
 }
 
+// Programmatic dependent launch (sm_90 and newer): a kernel started with launch_pdl may begin
+// while the stream's previous kernel still runs. It must call pdl_wait() before it reads or
+// writes anything another kernel writes or reads (only constants such as weights may be read
+// before: memory is reused between ops), and may call pdl_trigger() once it no longer needs the
+// GPU to itself, letting the next kernel start launching. Both are no-ops in a kernel launched
+// the ordinary way, and below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// The start of most kernels: wait for the previous kernel, then let the next one launch (its
+// start-up overlaps this kernel's run).
+__device__ __forceinline__ void pdl_start() {
+  pdl_wait();
+  pdl_trigger();
+}
+// True on sm_90+ unless HIBANA_CUDA_PDL=0.
+bool pdl_enabled();
+template <typename... P, typename... A>
+void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is
-// reused only by work queued after it).
+// reused only by work queued after it; while a graph is recorded it comes from the recording
+// arena, see cuda_backend.cu).
 class Scratch {
  public:
   explicit Scratch(size_t bytes);
@@ -47,6 +88,7 @@ class Scratch {
 
  private:
   void* p_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // Storage formats a kernel can read, as template parameters.

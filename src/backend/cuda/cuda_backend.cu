@@ -26,60 +26,163 @@ void throw_cuda(cudaError_t e, const char* what) {
 
 namespace {
 cudaStream_t g_stream = nullptr;
-bool g_capturing = false;  // the stream is recording a graph: every allocation is stream-ordered
-}
+bool g_capturing = false;  // the stream is recording a graph: allocations come from the arena
+}  // namespace
 
 // A non-blocking stream of our own (not the legacy default stream), so that work can later be
 // captured into CUDA graphs and overlapped with copies on other streams.
-cudaStream_t stream() { return g_stream; }
-
-Scratch::Scratch(size_t bytes) {
-  if (bytes) HIBANA_CUDA(cudaMallocAsync(&p_, bytes, stream()));
-}
-Scratch::~Scratch() {
-  if (p_) cudaFreeAsync(p_, stream());
+cudaStream_t stream() {
+  return g_stream;
 }
 
 namespace {
 
 int g_num_sms = 0;
+bool g_pdl = false;  // the device runs programmatic dependent launches
 
 // Buffers of at least this size come from cudaMalloc (weights, state pools); smaller ones from
 // the stream-ordered pool, which keeps freed memory for reuse.
 constexpr size_t kLargeAllocation = size_t(32) << 20;
 
+// Memory for the ops recorded into a graph. Stream-ordered allocations would become memory
+// nodes of the graph, between its kernels, and a kernel edge through such a node loses its
+// programmatic launch; so while recording, buffers come from this arena instead: chunks of
+// device memory kept for the life of the program (a graph replays at the addresses it
+// recorded), handed out first-fit and reused once freed. Reuse between ops is safe because
+// the stream orders them and launch_pdl kernels wait before touching memory another op uses;
+// graphs never replay concurrently. A recording that does not fit takes stream-ordered
+// memory for the rest (correct, just without programmatic edges there) and the arena grows
+// before the next recording.
+class CaptureArena {
+ public:
+  void* allocate(size_t bytes) {
+    std::lock_guard<std::mutex> lock(m_);
+    const size_t need = round(bytes);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < need) continue;
+      const uintptr_t at = it->first;
+      const size_t left = it->second - need;
+      free_.erase(it);
+      if (left) free_[at + need] = left;
+      used_[at] = need;
+      in_use_ += need;
+      peak_ = std::max(peak_, in_use_);
+      return reinterpret_cast<void*>(at);
+    }
+    short_ = std::max(short_, in_use_ + need);
+    return nullptr;
+  }
+  // False when p is not the arena's.
+  bool release(void* p) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = used_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == used_.end()) return false;
+    uintptr_t at = it->first;
+    size_t size = it->second;
+    in_use_ -= size;
+    used_.erase(it);
+    auto next = free_.lower_bound(at);
+    if (next != free_.end() && next->first == at + size && same_chunk(at, next->first)) {
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at && same_chunk(prev->first, at)) {
+        prev->second += size;
+        return true;
+      }
+    }
+    free_[at] = size;
+    return true;
+  }
+  // Before a recording (not during one): room for the largest need seen so far.
+  void reserve() {
+    std::lock_guard<std::mutex> lock(m_);
+    const size_t want = std::max<size_t>(short_, size_t(64) << 20);
+    if (capacity_ >= want) return;
+    const size_t add = round(want - capacity_);
+    void* p = nullptr;
+    if (cudaMalloc(&p, add) != cudaSuccess) {
+      cudaGetLastError();
+      return;  // recordings keep using stream-ordered memory
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    chunks_[at] = add;
+    free_[at] = add;
+    capacity_ += add;
+  }
+
+ private:
+  static size_t round(size_t b) { return (std::max<size_t>(b, 1) + 255) / 256 * 256; }
+  bool same_chunk(uintptr_t a, uintptr_t b) const {
+    auto it = chunks_.upper_bound(a);
+    if (it == chunks_.begin()) return false;
+    --it;
+    return b >= it->first && b < it->first + it->second;
+  }
+  std::mutex m_;
+  std::map<uintptr_t, size_t> chunks_, free_, used_;
+  size_t capacity_ = 0, in_use_ = 0, peak_ = 0, short_ = 0;
+};
+CaptureArena g_arena;
+
+void* device_allocate(size_t bytes) {
+  if (g_capturing) {
+    if (void* p = g_arena.allocate(bytes)) return p;
+  }
+  void* p = nullptr;
+  cudaError_t e = bytes >= kLargeAllocation && !g_capturing ? cudaMalloc(&p, bytes)
+                                                            : cudaMallocAsync(&p, bytes, stream());
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    throw Error(ErrorKind::out_of_memory,
+                "could not allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory (" +
+                    std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                    " MiB): " + cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void device_release(void* p, size_t bytes) {
+  if (g_arena.release(p)) return;
+  if (bytes >= kLargeAllocation && !g_capturing) {
+    cudaFree(p);
+  } else {
+    cudaFreeAsync(p, stream());
+  }
+}
+
+}  // namespace
+
+bool pdl_enabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("HIBANA_CUDA_PDL");
+    return env && std::string(env) == "0";
+  }();
+  return g_pdl && !off;
+}
+
+Scratch::Scratch(size_t bytes) : bytes_(bytes) {
+  if (bytes) p_ = device_allocate(bytes);
+}
+Scratch::~Scratch() {
+  if (p_) device_release(p_, bytes_);
+}
+
+namespace {
+
 class CudaMemory final : public DeviceMemory {
  public:
-  void* allocate(size_t bytes) override {
-    void* p = nullptr;
-    cudaError_t e = bytes >= kLargeAllocation && !g_capturing
-                        ? cudaMalloc(&p, bytes)
-                        : cudaMallocAsync(&p, bytes, stream());
-    if (e != cudaSuccess) {
-      cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
-      size_t free_b = 0, total = 0;
-      cudaMemGetInfo(&free_b, &total);
-      throw Error(ErrorKind::out_of_memory,
-                  "could not allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory (" +
-                      std::to_string(free_b >> 20) + " MiB free of " +
-                      std::to_string(total >> 20) + " MiB): " + cudaGetErrorString(e));
-    }
-    return p;
-  }
-  void release(void* p, size_t bytes) override {
-    if (bytes >= kLargeAllocation && !g_capturing) {
-      cudaFree(p);
-    } else {
-      cudaFreeAsync(p, stream());
-    }
-  }
+  void* allocate(size_t bytes) override { return device_allocate(bytes); }
+  void release(void* p, size_t bytes) override { device_release(p, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {
     HIBANA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
     HIBANA_CUDA(cudaStreamSynchronize(stream()));
   }
-  void zero(void* p, size_t bytes) override {
-    HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
-  }
+  void zero(void* p, size_t bytes) override { HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
 };
 
@@ -179,6 +282,7 @@ class CudaBackend final : public Backend {
     integrated_ = prop.integrated != 0;
     if (!g_stream) HIBANA_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     g_num_sms = prop.multiProcessorCount;
+    g_pdl = prop.major >= 9;
     cudaMemPool_t pool;
     HIBANA_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t keep = UINT64_MAX;
@@ -202,6 +306,7 @@ class CudaBackend final : public Backend {
     return !off && !timer_.on();
   }
   void begin_capture() override {
+    g_arena.reserve();
     HIBANA_CUDA(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeRelaxed));
     g_capturing = true;
   }
@@ -217,9 +322,8 @@ class CudaBackend final : public Backend {
       log_warn("CUDA graph capture failed (", cudaGetErrorString(e), "); running ops one by one");
       return nullptr;
     }
-    return std::shared_ptr<void>(exec, [](void* x) {
-      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x));
-    });
+    return std::shared_ptr<void>(
+        exec, [](void* x) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x)); });
   }
   void replay(const std::shared_ptr<void>& graph) override {
     HIBANA_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), cuda::stream()));
@@ -234,7 +338,8 @@ class CudaBackend final : public Backend {
     float best = 1e30f;
     for (int rep = 0; rep < 6; ++rep) {
       HIBANA_CUDA(cudaEventRecord(e0, cuda::stream()));
-      HIBANA_CUDA(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
+      HIBANA_CUDA(
+          cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
       HIBANA_CUDA(cudaEventRecord(e1, cuda::stream()));
       HIBANA_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
@@ -250,12 +355,15 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "embedding");
     cuda::embedding(table, ids, out);
   }
-  void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out) override {
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred,
+               Tensor out) override {
     Timed timed(timer_, "rmsnorm");
     cuda::rmsnorm(x, w, eps, zero_centred, out);
   }
-  void matmul(const Tensor& x, const Weight& w, Tensor out) override { Timed timed(timer_, "matmul");
-    cuda::matmul(x, w, out); }
+  void matmul(const Tensor& x, const Weight& w, Tensor out) override {
+    Timed timed(timer_, "matmul");
+    cuda::matmul(x, w, out);
+  }
   void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
     Timed timed(timer_, "gather_columns");
     cuda::gather_columns(x, index, out);
@@ -265,10 +373,14 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "rope");
     cuda::rope(x, heads, head_dim, rot_dim, theta, layout);
   }
-  void add(Tensor x, const Tensor& y) override { Timed timed(timer_, "add");
-    cuda::add(x, y); }
-  void mul_sigmoid(Tensor x, const Tensor& g) override { Timed timed(timer_, "mul_sigmoid");
-    cuda::mul_sigmoid(x, g); }
+  void add(Tensor x, const Tensor& y) override {
+    Timed timed(timer_, "add");
+    cuda::add(x, y);
+  }
+  void mul_sigmoid(Tensor x, const Tensor& g) override {
+    Timed timed(timer_, "mul_sigmoid");
+    cuda::mul_sigmoid(x, g);
+  }
   void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) override {
     Timed timed(timer_, "add_sigmoid_scaled");
     cuda::add_sigmoid_scaled(x, y, g);
@@ -333,7 +445,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-int num_sms() { return g_num_sms; }
+int num_sms() {
+  return g_num_sms;
+}
 
 }  // namespace cuda
 

@@ -21,6 +21,7 @@ template <Elt E>
 __global__ void embedding_kernel(const void* table, int64_t ldt, const float* scale,
                                  int64_t scale_ld, int64_t block_rows, int64_t block_cols,
                                  const int32_t* ids, int64_t H, float* out, int64_t ldo) {
+  pdl_start();
   const int64_t t = blockIdx.x;
   const int64_t row = ids[t];
   for (int64_t i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
@@ -38,6 +39,7 @@ template <bool kGated>
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
                                const float* w, float eps, bool zero_centred, int64_t rows,
                                int64_t D, int64_t G, float* out, int64_t ldo) {
+  pdl_start();
   const int64_t groups_per_row = D / G;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -66,6 +68,7 @@ __global__ void __launch_bounds__(256)
     rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
                         float eps, bool zero_centred, int64_t D, int64_t G, float* out,
                         int64_t ldo) {
+  pdl_start();
   const int64_t groups_per_row = D / G;
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
   const float* xr = x + r * ldx + c0;
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(256)
 
 __global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int64_t head_dim,
                             int64_t half, float theta, int64_t rot_dim, const int32_t* pos) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * heads * half) return;
   const int64_t t = i / (heads * half), h = (i / half) % heads, d = i % half;
@@ -125,6 +129,7 @@ enum class Op { add, mul_sigmoid, silu_mul, gather };
 template <Op kOp>
 __global__ void binary_kernel(float* out, int64_t ldo, const float* a, int64_t lda, const float* b,
                               int64_t ldb, const int32_t* index, int64_t rows, int64_t cols) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -143,14 +148,15 @@ template <Op kOp>
 void launch_binary(Tensor out, const Tensor& a, const Tensor& b, const int32_t* index = nullptr) {
   const int64_t rows = out.shape[0], cols = out.shape[1];
   if (rows * cols == 0) return;
-  binary_kernel<kOp><<<blocks_for(rows * cols, 256), 256, 0, stream()>>>(
-      out.ptr<float>(), ld(out), a.ptr<float>(), ld(a), b.empty() ? nullptr : b.ptr<float>(),
-      b.empty() ? 0 : ld(b), index, rows, cols);
+  launch_pdl(binary_kernel<kOp>, blocks_for(rows * cols, 256), 256, 0, out.ptr<float>(), ld(out),
+             a.ptr<float>(), ld(a), b.empty() ? nullptr : b.ptr<float>(), b.empty() ? 0 : ld(b),
+             index, rows, cols);
   launched("binary_kernel");
 }
 
 __global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y, int64_t ldy,
                                           const float* g, int64_t ldg, int64_t rows, int64_t cols) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -162,6 +168,7 @@ __global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y,
 // One warp per token: softmax over E logits, then k rounds of arg-max (ties to the lower index).
 __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, int64_t E, int k,
                                  bool renormalise, int32_t* ids, float* weights, float* probs) {
+  pdl_start();
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;
@@ -232,9 +239,9 @@ void embedding(const Weight& table, const Tensor& ids, Tensor out) {
   }
   dim3 grid(static_cast<unsigned>(T), std::min(blocks_for(H, 256), 64u));
   auto go = [&](auto kernel) {
-    kernel<<<grid, 256, 0, stream()>>>(table.w.data, table.w.stride[0], scale, scale_ld,
-                                       table.block_rows, table.block_cols, ids.ptr<int32_t>(), H,
-                                       out.ptr<float>(), ld(out));
+    launch_pdl(kernel, grid, 256, 0, table.w.data, table.w.stride[0], scale, scale_ld,
+               table.block_rows, table.block_cols, ids.ptr<int32_t>(), H, out.ptr<float>(),
+               ld(out));
   };
   switch (elt_of(table.w.dtype)) {
     case Elt::f32:
@@ -269,13 +276,11 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
   const float* zp = z ? z->ptr<float>() : nullptr;
   const int64_t ldz = z ? ld(*z) : 0;
   if (G >= 1024) {
-    rmsnorm_wide_kernel<kGated><<<static_cast<unsigned>(groups), 256, 0, stream()>>>(
-        x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(),
-        ld(out));
+    launch_pdl(rmsnorm_wide_kernel<kGated>, static_cast<unsigned>(groups), 256, 0, x.ptr<float>(),
+               ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out));
   } else {
-    rmsnorm_kernel<kGated><<<blocks_for(groups * 32, 256), 256, 0, stream()>>>(
-        x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G,
-        out.ptr<float>(), ld(out));
+    launch_pdl(rmsnorm_kernel<kGated>, blocks_for(groups * 32, 256), 256, 0, x.ptr<float>(), ld(x),
+               zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out));
   }
   launched(op);
 }
@@ -300,9 +305,8 @@ void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double the
   check(rot_dim % 2 == 0 && rot_dim <= head_dim, ErrorKind::internal, "rope: rotary dims");
   const int64_t T = x.shape[0], half = rot_dim / 2, n = T * heads * half;
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(x.ptr<float>(), ld(x), T, heads, head_dim,
-                                                        half, static_cast<float>(theta), rot_dim,
-                                                        layout.positions.ptr<int32_t>());
+  launch_pdl(rope_kernel, blocks_for(n, 256), 256, 0, x.ptr<float>(), ld(x), T, heads, head_dim,
+             half, static_cast<float>(theta), rot_dim, layout.positions.ptr<int32_t>());
   launched("rope_kernel");
 }
 
@@ -326,8 +330,8 @@ void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) {
   check_same_rows(x, y, "add_sigmoid_scaled");
   const int64_t rows = x.shape[0], cols = x.shape[1];
   if (rows * cols == 0) return;
-  add_sigmoid_scaled_kernel<<<blocks_for(rows * cols, 256), 256, 0, stream()>>>(
-      x.ptr<float>(), ld(x), y.ptr<float>(), ld(y), g.ptr<float>(), ld(g), rows, cols);
+  launch_pdl(add_sigmoid_scaled_kernel, blocks_for(rows * cols, 256), 256, 0, x.ptr<float>(), ld(x),
+             y.ptr<float>(), ld(y), g.ptr<float>(), ld(g), rows, cols);
   launched("add_sigmoid_scaled_kernel");
 }
 
@@ -338,9 +342,9 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Te
         "moe_route: outputs must be contiguous");
   if (T == 0) return;
   Scratch probs(static_cast<size_t>(T * E) * sizeof(float));
-  moe_route_kernel<<<blocks_for(T * 32, 128), 128, 0, stream()>>>(
-      logits.ptr<float>(), ld(logits), T, E, static_cast<int>(k), renormalise, ids.ptr<int32_t>(),
-      weights.ptr<float>(), probs.as<float>());
+  launch_pdl(moe_route_kernel, blocks_for(T * 32, 128), 128, 0, logits.ptr<float>(), ld(logits), T,
+             E, static_cast<int>(k), renormalise, ids.ptr<int32_t>(), weights.ptr<float>(),
+             probs.as<float>());
   launched("moe_route_kernel");
 }
 

@@ -20,6 +20,7 @@ constexpr int kMaxRows = 32;  // key dims per thread: key_dim <= 128
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
                             const int32_t* seq_start, const int32_t* slots, const int32_t* snaps,
                             int64_t S, int64_t C, float* out, int64_t ldo) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= S * C) return;
   const int64_t s = i / C, c = i % C;
@@ -51,6 +52,7 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
 // One warp per (token, q-or-k, key head): L2-normalised q (times dk^-1/2) and k.
 __global__ void qk_norm_kernel(const float* qkv, int64_t ldq, int64_t T, int64_t nk, int64_t dk,
                                float qscale, float* qk) {
+  pdl_start();
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= T * 2 * nk) return;
@@ -73,6 +75,7 @@ __device__ __forceinline__ float softplus_f(float x) {
 __global__ void gates_kernel(const float* b, int64_t ldb, const float* a, int64_t lda,
                              const float* A_log, const float* dt_bias, int64_t T, int64_t nv,
                              float* beta, float* decay) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * nv) return;
   const int64_t t = i / nv, h = i % nv;
@@ -97,6 +100,7 @@ struct RecParams {
 
 // CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows).
 __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p) {
+  pdl_start();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
@@ -187,10 +191,10 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
   check(K >= 1 && K - 1 <= kMaxConvWindow, ErrorKind::unsupported, "CUDA gdn_conv: kernel above 9");
   const int64_t n = layout.num_seqs * C;
   if (n == 0) return;
-  conv_kernel<<<blocks_for(n, 128), 128, 0, stream()>>>(
-      x.ptr<float>(), ld(x), w.ptr<float>(), static_cast<int>(K), conv_states.ptr<float>(),
-      layout.seq_start.ptr<int32_t>(), layout.state_slot.ptr<int32_t>(),
-      layout.snapshot_slot.ptr<int32_t>(), layout.num_seqs, C, out.ptr<float>(), ld(out));
+  launch_pdl(conv_kernel, blocks_for(n, 128), 128, 0, x.ptr<float>(), ld(x), w.ptr<float>(),
+             static_cast<int>(K), conv_states.ptr<float>(), layout.seq_start.ptr<int32_t>(),
+             layout.state_slot.ptr<int32_t>(), layout.snapshot_slot.ptr<int32_t>(), layout.num_seqs,
+             C, out.ptr<float>(), ld(out));
   launched("conv_kernel");
 }
 
@@ -207,13 +211,11 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
   Scratch gates(static_cast<size_t>(2 * T * nv) * sizeof(float));
   float* beta = gates.as<float>();
   float* decay = beta + T * nv;
-  qk_norm_kernel<<<blocks_for(T * 2 * nk * 32, 256), 256, 0, stream()>>>(
-      qkv.ptr<float>(), ld(qkv), T, nk, dk,
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))), qk.as<float>());
+  launch_pdl(qk_norm_kernel, blocks_for(T * 2 * nk * 32, 256), 256, 0, qkv.ptr<float>(), ld(qkv), T,
+             nk, dk, static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))), qk.as<float>());
   launched("qk_norm_kernel");
-  gates_kernel<<<blocks_for(T * nv, 256), 256, 0, stream()>>>(
-      b.ptr<float>(), ld(b), a.ptr<float>(), ld(a), A_log.ptr<float>(), dt_bias.ptr<float>(), T, nv,
-      beta, decay);
+  launch_pdl(gates_kernel, blocks_for(T * nv, 256), 256, 0, b.ptr<float>(), ld(b), a.ptr<float>(),
+             ld(a), A_log.ptr<float>(), dt_bias.ptr<float>(), T, nv, beta, decay);
   launched("gates_kernel");
   RecParams p{qk.as<float>(),
               qkv.ptr<float>(),
@@ -232,7 +234,7 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
               ld(out)};
   dim3 grid(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv),
             static_cast<unsigned>((dv + kCols - 1) / kCols));
-  recurrent_kernel<<<grid, kCols * kQuarters, 0, stream()>>>(p);
+  launch_pdl(recurrent_kernel, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");
 }
 

@@ -42,6 +42,7 @@ constexpr int64_t kSplitQuantum = 128;  // split lengths are multiples of this (
 // activation rows), kSerial: all splits in this CTA.
 template <Elt E, int TM, int G, bool kSerial, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
+  pdl_start();
   constexpr int esize = EltInfo<E>::size;
   constexpr int BK = kRowBytes / esize;  // elements per stage
   constexpr int VE = 16 / esize;         // elements per 16-byte chunk
@@ -281,7 +282,7 @@ void launch_config(const Params& p, int64_t max_rows, int groups) {
   dim3 grid(static_cast<unsigned>((p.N + BN - 1) / BN),
             static_cast<unsigned>(m_tiles * (kSerial ? 1 : p.splits)),
             static_cast<unsigned>(groups));
-  kernel<<<grid, kThreads, smem, stream()>>>(p);
+  launch_pdl(kernel, grid, kThreads, smem, p);
   launched("matmul_kernel");
 }
 

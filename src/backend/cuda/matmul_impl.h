@@ -115,6 +115,10 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 bool mma_supports(const Params& p, Elt elt);
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
+// Decode path (matmul_gemv.cu): the same products for up to 8 rows per group, streaming the
+// weights through warp-private rings with no barrier in the loop.
+void run_gemv(Params& p, Elt elt, bool grouped, int groups);
+
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list).
 bool tiled_supports(const Params& p, bool grouped);

@@ -37,18 +37,18 @@ constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int64_t kParallelRows = 64;
 constexpr int kStageK = 64;  // k per pipeline stage
 
-// Sizes of the kernel for NT token tiles of 8 per CTA. The weight ring holds 8 KiB per warp
-// with one token tile (decode: four CTAs fit an SM), 6 KiB with four.
+// Sizes of the kernel for NT token tiles of 8 per CTA (NT = 4: up to 8 tokens take the decode
+// kernel of matmul_gemv.cu). The weight ring holds 6 KiB per warp.
 template <Elt E, int NT>
 struct Small {
   static constexpr int esize = EltInfo<E>::size;
-  static constexpr int VE = 16 / esize;      // weight elements per 16-byte copy
-  static constexpr int KC = 4 * VE;          // k per chunk (the 4 lanes of a row)
-  static constexpr int U = kStageK / KC;     // chunks per stage
-  static constexpr int MMAS = VE / 4;        // k16 products per chunk
-  static constexpr int BM = 8 * NT;          // token rows
-  static constexpr int kLaneCopies = 2 * U;  // 16-byte copies of a lane per stage
-  static constexpr int D = (NT == 1 ? 8192 : 6144) / (32 * 16 * kLaneCopies);  // ring depth
+  static constexpr int VE = 16 / esize;                     // weight elements per 16-byte copy
+  static constexpr int KC = 4 * VE;                         // k per chunk (the 4 lanes of a row)
+  static constexpr int U = kStageK / KC;                    // chunks per stage
+  static constexpr int MMAS = VE / 4;                       // k16 products per chunk
+  static constexpr int BM = 8 * NT;                         // token rows
+  static constexpr int kLaneCopies = 2 * U;                 // 16-byte copies of a lane per stage
+  static constexpr int D = 6144 / (32 * 16 * kLaneCopies);  // ring depth
   static constexpr int kRingBytes = kWarps * D * kLaneCopies * 32 * 16;
   static constexpr int kXRawBytes = D * BM * kStageK * 4;  // the activations' ring
   static constexpr int kPitch = kStageK / 4 * 6 + 2;       // u32 per token row of split terms
@@ -58,7 +58,8 @@ struct Small {
 
 // kSerial: the CTA runs every split itself (large batches).
 template <Elt E, int NT, bool kSerial, bool kGrouped>
-__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 4 : 2) mma_kernel(Params p) {
+__global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
+  pdl_start();
   using S = Small<E, NT>;
   constexpr int esize = S::esize, VE = S::VE, KC = S::KC, U = S::U, BM = S::BM, D = S::D;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -275,7 +276,7 @@ void launch_kernel(const Params& p, dim3 grid) {
     return true;
   }();
   (void)configured;
-  kernel<<<grid, kWarps * 32, smem, stream()>>>(p);
+  launch_pdl(kernel, grid, kWarps * 32, smem, p);
   launched("mma_kernel");
 }
 
@@ -288,12 +289,11 @@ void launch(const Params& p, bool grouped, int64_t m_tiles, int groups) {
   launch_kernel<E, NT, kSerial, false>(p, grid);
 }
 
-// Batches up to 8 take one token tile per CTA, larger ones four. Splits run in parallel CTAs up
-// to kParallelRows rows (their partial sums stay a few tens of MiB), serially in each CTA for
-// longer prompts: the same arithmetic either way.
+// Four token tiles per CTA (batches up to 8 go to matmul_gemv.cu). Splits run in parallel CTAs
+// up to kParallelRows rows (their partial sums stay a few tens of MiB), serially in each CTA
+// for longer prompts: the same arithmetic either way.
 template <Elt E>
 void launch_elt(const Params& p, bool parallel, bool grouped, int64_t max_rows, int groups) {
-  if (max_rows <= 8) return launch<E, 1, false>(p, grouped, 1, groups);
   const int64_t m_tiles = (max_rows + 31) / 32;
   if (parallel) return launch<E, 4, false>(p, grouped, m_tiles, groups);
   launch<E, 4, true>(p, grouped, m_tiles, groups);
@@ -312,9 +312,10 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
   Params p = in;
   if (max_rows > kParallelRows && tiled_supports(p, grouped))
     return run_tiled(p, elt, grouped, max_rows, groups);
+  if (max_rows <= 8) return run_gemv(p, elt, grouped, groups);
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;
-  if (parallel) partial = split_scratch(p, kRowsPerCta, max_rows <= 8 ? 8 : 32, max_rows, groups);
+  if (parallel) partial = split_scratch(p, kRowsPerCta, 32, max_rows, groups);
   if (elt == Elt::bf16) {
     launch_elt<Elt::bf16>(p, parallel, grouped, max_rows, groups);
   } else {

@@ -54,6 +54,7 @@ struct Tile {
 
 template <Elt E, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
+  pdl_start();
   using T = Tile<E>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint32_t* split = reinterpret_cast<uint32_t*>(smem + kStages * T::kStageBytes);  // [3][tok][w]
@@ -254,7 +255,7 @@ void launch(const Params& p, int64_t max_rows, int groups) {
   const int64_t tiles = kGrouped ? (p.M + kTileTokens - 1) / kTileTokens + groups
                                  : (max_rows + kTileTokens - 1) / kTileTokens;
   dim3 grid(static_cast<unsigned>((p.N + kTileRows - 1) / kTileRows), static_cast<unsigned>(tiles));
-  tiled_kernel<E, kGrouped><<<grid, kThreads, smem, stream()>>>(p);
+  launch_pdl(tiled_kernel<E, kGrouped>, grid, kThreads, smem, p);
   launched("tiled_kernel");
 }
 

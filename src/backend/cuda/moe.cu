@@ -57,6 +57,7 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
 __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
                                        int32_t* rows, int32_t* active, int32_t* n_active,
                                        int32_t* tile_start) {
+  pdl_start();
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
   int32_t* cursor = counts + E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
@@ -92,6 +93,7 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
 // out[t] = sum_j weights[t, j] * y[t * k + j], j ascending.
 __global__ void moe_combine_kernel(const float* y, const float* weights, int64_t T, int k,
                                    int64_t H, float* out, int64_t ldo) {
+  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * H) return;
   const int64_t t = i / H, c = i % H;
@@ -119,9 +121,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
       active((2 * E + 2) * sizeof(int32_t));
   int32_t* n_active = active.as<int32_t>() + E;
   int32_t* tile_start = n_active + 1;
-  group_by_expert_kernel<<<1, 1024, 2 * E * sizeof(int32_t), stream()>>>(
-      ids.ptr<int32_t>(), pairs, E, offsets.as<int32_t>(), rows.as<int32_t>(), active.as<int32_t>(),
-      n_active, tile_start);
+  launch_pdl(group_by_expert_kernel, 1, 1024, 2 * E * sizeof(int32_t), ids.ptr<int32_t>(), pairs, E,
+             offsets.as<int32_t>(), rows.as<int32_t>(), active.as<int32_t>(), n_active, tile_start);
   launched("group_by_expert_kernel");
 
   Scratch gate(pairs * I * sizeof(float)), up(pairs * I * sizeof(float)),
@@ -150,8 +151,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   grouped(experts.up[0], tab.up, x, static_cast<int>(k), up.as<float>());
   silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>());
-  moe_combine_kernel<<<blocks_for(T * H, 256), 256, 0, stream()>>>(
-      y.as<float>(), weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(), ld(out));
+  launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
+             weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(), ld(out));
   launched("moe_combine_kernel");
 }
 

@@ -12,7 +12,6 @@ namespace hibana {
 
 // ---- Engine ----------------------------------------------------------------------------------
 
-
 struct Engine::Sequence {
   uint64_t id = 0;
   GenerationRequest request;
@@ -25,16 +24,16 @@ struct Engine::Sequence {
   std::vector<int32_t> pages;
   int32_t slot = -1;
   SteadyClock::time_point arrived, first_token, last_token;
-  bool started = false;  // has produced a token
-  int64_t cached = 0;    // prompt tokens resumed from the prefix cache
+  bool started = false;          // has produced a token
+  int64_t cached = 0;            // prompt tokens resumed from the prefix cache
   int64_t transient_blocks = 0;  // depth of this sequence's latest boundary checkpoint
+  bool prefetch = false;         // waiting for the engine thread to hand it to the prefetcher
 };
 
 namespace {
 
 // log-softmax value of one entry, and the top-n entries, from raw logits.
-void logprobs_of(const float* logits, int64_t vocab, int32_t token, int32_t top,
-                 StreamEvent& ev) {
+void logprobs_of(const float* logits, int64_t vocab, int32_t token, int32_t top, StreamEvent& ev) {
   double mx = logits[0];
   for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
   double sum = 0.0;
@@ -88,14 +87,13 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   if (options_.prefix_cache) {
     BlockStore* lower = pools_->host ? static_cast<BlockStore*>(pools_->host.get())
                                      : static_cast<BlockStore*>(pools_->ssd.get());
-    pools_->cache = std::make_unique<PrefixCache>(pools_->pool, model_->backend(),
-                                                  model_->fingerprint(), checkpoint_slots,
-                                                  lower, costs);
+    pools_->cache = std::make_unique<PrefixCache>(
+        pools_->pool, model_->backend(), model_->fingerprint(), checkpoint_slots, lower, costs);
   }
   check(options_.checkpoint_interval > 0 && options_.checkpoint_interval % options_.page_size == 0,
         ErrorKind::invalid_argument, "the checkpoint interval must be a multiple of the page size");
-  max_context_ = options_.max_context > 0 ? options_.max_context
-                                          : model_->config().max_position_embeddings;
+  max_context_ =
+      options_.max_context > 0 ? options_.max_context : model_->config().max_position_embeddings;
   max_context_ = std::min(max_context_, pages * options_.page_size);
   metrics_.kv_pages_total = pages;
   metrics_.kv_bytes = pages * page_bytes;
@@ -106,7 +104,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
            metrics_.kv_bytes >> 20, " MiB), ", options_.max_sequences, " sequences, context ",
            max_context_, " tokens");
   worker_ = std::thread([this] { loop(); });
-  if (pools_->host && pools_->ssd) prefetcher_ = std::thread([this] { prefetch_loop(); });
+  if (prefetching()) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
 Engine::~Engine() {
@@ -141,9 +139,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   }
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n >= max_context_) {
-    throw Error(ErrorKind::invalid_argument,
-                "the prompt has " + std::to_string(n) + " tokens but this model's context is " +
-                    std::to_string(max_context_) + " tokens");
+    throw Error(ErrorKind::invalid_argument, "the prompt has " + std::to_string(n) +
+                                                 " tokens but this model's context is " +
+                                                 std::to_string(max_context_) + " tokens");
   }
   check(request.max_tokens > 0, ErrorKind::invalid_argument, "max_tokens must be positive");
   request.sampling.validate();
@@ -158,17 +156,16 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
-      throw Error(ErrorKind::overloaded, "too many requests are waiting (" +
-                                             std::to_string(waiting_.size()) + ")");
+      throw Error(ErrorKind::overloaded,
+                  "too many requests are waiting (" + std::to_string(waiting_.size()) + ")");
     }
     seq->id = next_id_++;
     stream = std::make_shared<RequestStream>(seq->id);
     seq->stream = stream;
-    if (prefetcher_.joinable()) {
-      std::lock_guard<std::mutex> plock(prefetch_mutex_);
-      if (prefetch_queue_.size() < 64) prefetch_queue_.push_back(seq->tokens);
-      prefetch_wake_.notify_one();
-    }
+    // The engine thread hands it to the prefetcher (admit_waiting(), even while admission is
+    // held): only that thread can tell which of its blocks the device pool already holds.
+    seq->prefetch = prefetching();
+    prefetch_pending_ = prefetch_pending_ || seq->prefetch;
     waiting_.push_back(std::move(seq));
     metrics_.waiting = static_cast<int64_t>(waiting_.size());
   }
@@ -186,7 +183,7 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
-        return stop_ || (!held_ && !waiting_.empty()) || !running_.empty();
+        return stop_ || (!held_ && !waiting_.empty()) || !running_.empty() || prefetch_pending_;
       });
       if (stop_) return;
     }
@@ -207,8 +204,8 @@ void Engine::loop() {
 void Engine::release(Sequence& s) {
   // The full blocks computed so far go to the prefix cache (KV only: a checkpoint needs the
   // recurrent state at a page boundary, which the boundary policy in step() keeps).
-  const int64_t blocks = std::min<int64_t>(s.computed / options_.page_size,
-                                           static_cast<int64_t>(s.pages.size()));
+  const int64_t blocks =
+      std::min<int64_t>(s.computed / options_.page_size, static_cast<int64_t>(s.pages.size()));
   if (pools_->cache && blocks > 0) pools_->cache->insert(s.tokens, s.pages, blocks, -1);
   s.transient_blocks = 0;
   for (int32_t p : s.pages) pools_->pool.free_page(p);
@@ -241,7 +238,8 @@ bool Engine::ensure_pages(Sequence& s, int64_t positions) {
   const int64_t need = (positions + pool.page_size() - 1) / pool.page_size();
   while (static_cast<int64_t>(s.pages.size()) < need) {
     if (pool.free_pages() == 0 &&
-        (!pools_->cache || pools_->cache->evict_pages(need - static_cast<int64_t>(s.pages.size())) == 0)) {
+        (!pools_->cache ||
+         pools_->cache->evict_pages(need - static_cast<int64_t>(s.pages.size())) == 0)) {
       return false;
     }
     s.pages.push_back(pool.alloc_page());
@@ -267,8 +265,8 @@ void Engine::admit_waiting() {
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       Sequence& s = **it;
       if (s.stream->cancelled() || (s.request.deadline && now > *s.request.deadline)) {
-        dropped.emplace_back(std::move(*it),
-                             s.stream->cancelled() ? FinishReason::cancelled : FinishReason::deadline);
+        dropped.emplace_back(std::move(*it), s.stream->cancelled() ? FinishReason::cancelled
+                                                                   : FinishReason::deadline);
         it = waiting_.erase(it);
       } else {
         ++it;
@@ -305,6 +303,7 @@ void Engine::admit_waiting() {
           }
         }
       }
+      s.prefetch = false;
       RequestUsage u;  // known at admission, so a stream's first event can report it
       u.prompt_tokens = s.prompt_len;
       u.completion_tokens = s.generated;
@@ -312,6 +311,14 @@ void Engine::admit_waiting() {
       s.stream->set_usage(u);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
+    }
+    // Requests still waiting get their blocks below the device pool warmed in host RAM.
+    if (prefetch_pending_) {
+      for (auto& w : waiting_) {
+        if (w->prefetch) hand_to_prefetcher(w->tokens);
+        w->prefetch = false;
+      }
+      prefetch_pending_ = false;
     }
     metrics_.waiting = static_cast<int64_t>(waiting_.size());
   }
@@ -326,15 +333,13 @@ void Engine::checkpoint_if_due(Sequence& s) {
   const int64_t blocks = c / page;
   if (!cache->hybrid()) return;  // KV alone resumes dense models: release() registers it
   const int64_t hint = s.request.checkpoint_at >= 0 ? s.request.checkpoint_at / page * page : -1;
-  if (c == hint || c % options_.checkpoint_interval == 0) {
-    cache->insert(s.tokens, s.pages, blocks, s.slot, false);
-    return;
-  }
-  // Otherwise keep only this sequence's latest page boundary (the end of its turn, when it
-  // finishes): insert it, drop the previous one.
+  // Keep this sequence's latest page boundary (the end of its turn, when it finishes) and drop
+  // its previous one, unless a kept checkpoint (checkpoint_at, the interval) is due here: it
+  // is the latest boundary's checkpoint then.
+  const bool kept = c == hint || c % options_.checkpoint_interval == 0;
   const int64_t previous = s.transient_blocks;
-  cache->insert(s.tokens, s.pages, blocks, s.slot, true);
-  s.transient_blocks = blocks;
+  cache->insert(s.tokens, s.pages, blocks, s.slot, !kept);
+  s.transient_blocks = kept ? 0 : blocks;
   if (previous > 0 && previous != blocks) cache->drop_transient(s.tokens, previous);
 }
 
@@ -400,9 +405,11 @@ bool Engine::step() {
     if (end <= s.computed) continue;
     // End a chunk where the checkpoint policy wants the recurrent state.
     if (pools_->cache && pools_->cache->hybrid()) {
-      const int64_t hint = s.request.checkpoint_at >= 0 ? s.request.checkpoint_at / page * page : -1;
+      const int64_t hint =
+          s.request.checkpoint_at >= 0 ? s.request.checkpoint_at / page * page : -1;
       if (hint > s.computed && hint < end) end = hint;
-      const int64_t every = (s.computed / options_.checkpoint_interval + 1) * options_.checkpoint_interval;
+      const int64_t every =
+          (s.computed / options_.checkpoint_interval + 1) * options_.checkpoint_interval;
       if (every > s.computed && every < end) end = every;
       // And at the prompt's last page boundary, so the state there can be kept: the next turn
       // of an agent starts with this prompt and resumes from it.
@@ -503,7 +510,8 @@ bool Engine::step() {
     if (!eos) {
       StreamEvent ev;
       ev.token = token;
-      if (s.request.top_logprobs >= 0) logprobs_of(raw, out.vocab, token, s.request.top_logprobs, ev);
+      if (s.request.top_logprobs >= 0)
+        logprobs_of(raw, out.vocab, token, s.request.top_logprobs, ev);
       s.stream->push(std::move(ev));
     }
     FinishReason reason = FinishReason::none;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,11 +31,11 @@ struct GenerationRequest {
   int64_t max_tokens = 256;
   SamplingParams sampling;
   bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;          // besides the model's eos ids
-  std::map<int32_t, float> logit_bias;          // added to the logits before sampling
-  int32_t top_logprobs = -1;                    // -1: no logprobs; 0..20: that many alternatives
+  std::vector<int32_t> stop_token_ids;  // besides the model's eos ids
+  std::map<int32_t, float> logit_bias;  // added to the logits before sampling
+  int32_t top_logprobs = -1;            // -1: no logprobs; 0..20: that many alternatives
   std::optional<SteadyClock::time_point> deadline;
-  std::string conversation;                     // agent/conversation key (for state reuse)
+  std::string conversation;  // agent/conversation key (for state reuse)
   // Position where a recurrent checkpoint pays off (the start of the last user message): the
   // engine keeps the state at the page boundary at or before it. -1: none.
   int64_t checkpoint_at = -1;
@@ -54,7 +55,7 @@ struct TokenLogprob {
 struct StreamEvent {
   enum class Kind { token, finished } kind = Kind::token;
   int32_t token = -1;
-  float logprob = 0.0f;                      // when logprobs were asked for
+  float logprob = 0.0f;  // when logprobs were asked for
   std::vector<TokenLogprob> top_logprobs;
   FinishReason finish = FinishReason::none;  // for Kind::finished
   std::string error;                         // for FinishReason::error
@@ -97,15 +98,15 @@ class RequestStream {
 struct EngineOptions {
   int64_t page_size = 64;
   int64_t kv_cache_bytes = int64_t(1) << 30;  // KV pages of all sequences
-  int64_t max_sequences = 32;                  // running at once (recurrent slots)
-  int64_t step_token_budget = 512;             // tokens per forward pass (decode + prefill)
-  int64_t max_queue = 1024;                    // waiting requests before submit() refuses
-  int64_t max_context = 0;                     // 0: the model's max_position_embeddings
+  int64_t max_sequences = 32;                 // running at once (recurrent slots)
+  int64_t step_token_budget = 512;            // tokens per forward pass (decode + prefill)
+  int64_t max_queue = 1024;                   // waiting requests before submit() refuses
+  int64_t max_context = 0;                    // 0: the model's max_position_embeddings
   GdnMode gdn_mode = GdnMode::aligned_chunks;
   // Prefix cache: reuse the state of earlier requests' common prefixes.
   bool prefix_cache = true;
-  int64_t checkpoint_slots = 32;        // recurrent checkpoints kept (hybrid models)
-  int64_t checkpoint_interval = 4096;   // also checkpoint every N prompt tokens
+  int64_t checkpoint_slots = 32;       // recurrent checkpoints kept (hybrid models)
+  int64_t checkpoint_interval = 4096;  // also checkpoint every N prompt tokens
   // SSD tier: blocks evicted from memory (and all of them at shutdown) are written here and
   // restored when a returning conversation needs them. Empty: no SSD tier.
   std::string cache_dir;
@@ -116,11 +117,12 @@ struct EngineOptions {
 
 // Counters and histograms for /metrics (monotonic except the gauges).
 struct Histogram {
-  std::vector<double> bounds;       // upper bounds, seconds
-  std::vector<uint64_t> counts;     // one per bound, plus +Inf at the end
+  std::vector<double> bounds;    // upper bounds, seconds
+  std::vector<uint64_t> counts;  // one per bound, plus +Inf at the end
   double sum = 0.0;
   uint64_t count = 0;
-  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+  explicit Histogram(std::vector<double> b = {})
+      : bounds(std::move(b)), counts(bounds.size() + 1) {}
   void observe(double v);
 };
 
@@ -200,11 +202,21 @@ class Engine {
   bool held_ = false;
   std::thread worker_;
 
-  // Prefetch of waiting requests' blocks from the SSD into the host tier (both tiers on).
+  // Prefetch of waiting requests' blocks from the SSD into the host tier (both tiers on). The
+  // prefetcher thread must not touch the device pool or the prefix index, so the engine thread
+  // hands it each waiting prompt together with how much of it the device already holds.
+  struct PrefetchJob {
+    std::vector<int32_t> tokens;
+    int64_t device_blocks = 0;      // leading blocks whose KV is in the device pool
+    int64_t device_checkpoint = 0;  // depth of the deepest of them with a device checkpoint
+  };
+  bool prefetching() const;
+  void hand_to_prefetcher(std::span<const int32_t> tokens);  // engine thread
   void prefetch_loop();
+  bool prefetch_pending_ = false;  // (mutex_) waiting prompts not yet handed to the prefetcher
   std::mutex prefetch_mutex_;
   std::condition_variable prefetch_wake_;
-  std::deque<std::vector<int32_t>> prefetch_queue_;
+  std::deque<PrefetchJob> prefetch_queue_;
   bool prefetch_stop_ = false;
   std::thread prefetcher_;
 };

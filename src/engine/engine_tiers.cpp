@@ -1,6 +1,7 @@
 // The engine's side of the state tiers: the cost probe behind restore decisions, the
 // prefetcher that warms host RAM for waiting requests, and the metrics snapshot.
 #include <chrono>
+#include <span>
 #include <thread>
 
 #include "core/device_memory.h"
@@ -16,7 +17,8 @@ TierCosts Engine::measure_costs() {
   StatePool& pool = pools_->pool;
   const int64_t n = std::min<int64_t>(128, pool.num_pages() * pool.page_size());
   std::vector<int32_t> tokens(n);
-  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % model_->config().vocab_size);
+  for (int64_t i = 0; i < n; ++i)
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % model_->config().vocab_size);
   std::vector<int32_t> pages;
   for (int64_t i = 0; i * pool.page_size() < n; ++i) pages.push_back(pool.alloc_page());
   int32_t slot = pool.spec().deltanet_layers > 0 ? pool.alloc_slot() : -1;
@@ -28,11 +30,13 @@ TierCosts Engine::measure_costs() {
   ForwardOutput out;
   const auto t0 = SteadyClock::now();
   model_->forward(std::span<const SequenceInput>(&in, 1), pool.views(), {}, out);
-  c.prefill_tokens_per_second = static_cast<double>(n) / std::max(1e-6, seconds_between(t0, SteadyClock::now()));
+  c.prefill_tokens_per_second =
+      static_cast<double>(n) / std::max(1e-6, seconds_between(t0, SteadyClock::now()));
   for (int32_t p : pages) pool.free_page(p);
   if (slot >= 0) pool.free_slot(slot);
   std::vector<uint8_t> probe(4 << 20, 0x5a);
-  const BlockKey key{0x70726f6265ull, static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count())};
+  const BlockKey key{0x70726f6265ull,
+                     static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count())};
   if (pools_->ssd->put(key, 99, probe)) {
     const auto t1 = SteadyClock::now();
     auto back = pools_->ssd->get(key, 99);
@@ -59,30 +63,62 @@ TierCosts Engine::measure_costs() {
   return c;
 }
 
+bool Engine::prefetching() const {
+  return pools_->cache && pools_->host && pools_->ssd;
+}
+
+// Engine thread (mutex_ held): it owns the device pool, so it measures what the pool already
+// holds of the prompt, and the prefetcher reads only the blocks past that.
+void Engine::hand_to_prefetcher(std::span<const int32_t> tokens) {
+  const PrefixCache::DeviceCoverage on_device = pools_->cache->device_coverage(tokens);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t blocks = n < 2 ? 0 : (n - 1) / options_.page_size;
+  const bool hybrid = pools_->cache->hybrid();
+  if (on_device.blocks == blocks && (!hybrid || on_device.checkpoint == blocks)) return;
+  std::lock_guard<std::mutex> lock(prefetch_mutex_);
+  if (prefetch_queue_.size() >= 64) return;
+  prefetch_queue_.push_back(
+      {std::vector<int32_t>(tokens.begin(), tokens.end()), on_device.blocks, on_device.checkpoint});
+  prefetch_wake_.notify_one();
+}
+
 void Engine::prefetch_loop() {
   const bool hybrid = pools_->pool.spec().deltanet_layers > 0;
   for (;;) {
-    std::vector<int32_t> prompt;
+    PrefetchJob job;
     {
       std::unique_lock<std::mutex> lock(prefetch_mutex_);
       prefetch_wake_.wait(lock, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
       if (prefetch_stop_) return;
-      prompt = std::move(prefetch_queue_.front());
+      job = std::move(prefetch_queue_.front());
       prefetch_queue_.pop_front();
     }
-    // Warm host RAM along the prompt's chain until a block is found in no tier (the chain is
-    // broken there). Blocks still in the device pool are read too: the pool belongs to the
-    // engine thread, so this thread cannot ask it.
-    for (const PrefixCache::BlockRef& b : PrefixCache::chain_blocks(
-             prompt, options_.page_size, model_->fingerprint(), hybrid)) {
+    // Warm host RAM along the prompt's chain past what the device pool holds (as the engine
+    // thread saw it when it handed the job over), through blocks in RAM or on the SSD, until a
+    // block is found in no tier (the chain is broken there). Checkpoints no deeper than the
+    // deepest device checkpoint are skipped too: a lookup resumes from the deepest one.
+    for (const PrefixCache::BlockRef& b :
+         PrefixCache::chain_blocks(job.tokens, options_.page_size, model_->fingerprint(), hybrid)) {
+      const bool kv = b.kind == PrefixCache::kKindKv;
+      if (b.block < (kv ? job.device_blocks : job.device_checkpoint)) continue;
       {
         std::lock_guard<std::mutex> lock(prefetch_mutex_);
         if (prefetch_stop_) return;
       }
-      if (!pools_->host->prefetch(b.key, b.kind) && b.kind == PrefixCache::kKindKv) break;
+      if (!pools_->host->prefetch(b.key, b.kind) && kv) break;
     }
   }
 }
+
+namespace {
+void copy_ssd_stats(const SsdStoreStats& ss, EngineMetrics& m) {
+  m.ssd_blocks = ss.blocks;
+  m.ssd_bytes = ss.bytes;
+  m.ssd_corrupt = ss.corrupt;
+  m.ssd_hits = ss.hits;
+  m.ssd_write_failures = ss.write_failures;
+}
+}  // namespace
 
 EngineMetrics Engine::metrics() const {
   EngineMetrics m;
@@ -90,7 +126,9 @@ EngineMetrics Engine::metrics() const {
     std::lock_guard<std::mutex> lock(mutex_);
     m = metrics_;
   }
-  if (pools_->host) {  // live: the prefetcher moves these while the scheduler sleeps
+  // The tiers' own counters are read live: the prefetcher moves them while the scheduler
+  // sleeps, and the SSD index is there before the first step.
+  if (pools_->host) {
     const HostStoreStats hs = pools_->host->stats();
     m.host_blocks = hs.blocks;
     m.host_bytes = hs.bytes;
@@ -98,6 +136,7 @@ EngineMetrics Engine::metrics() const {
     m.host_written_down = hs.written_down;
     m.host_prefetched = hs.prefetched;
   }
+  if (pools_->ssd) copy_ssd_stats(pools_->ssd->stats(), m);
   return m;
 }
 
@@ -121,14 +160,7 @@ void Engine::refresh_metrics() {
     metrics_.restores_declined = cs.restores_declined;
     metrics_.restore_seconds = cs.restore_seconds;
   }
-  if (pools_->ssd) {
-    const SsdStoreStats ss = pools_->ssd->stats();
-    metrics_.ssd_blocks = ss.blocks;
-    metrics_.ssd_bytes = ss.bytes;
-    metrics_.ssd_corrupt = ss.corrupt;
-    metrics_.ssd_hits = ss.hits;
-    metrics_.ssd_write_failures = ss.write_failures;
-  }
+  if (pools_->ssd) copy_ssd_stats(pools_->ssd->stats(), metrics_);
 }
 
 }  // namespace hibana

@@ -112,6 +112,30 @@ uint64_t weights_fingerprint(const ModelConfig& c, const ModelWeights& w) {
   const int64_t shape[8] = {static_cast<int64_t>(c.arch), c.vocab_size, c.hidden_size,
                             c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim};
   XXH3_64bits_update(st, shape, sizeof shape);
+  // Settings that change the state the same weights compute from the same tokens: the same
+  // checkpoint under another RoPE base, norm epsilon or experts per token is another model.
+  const double reals[] = {c.rope_theta, c.rms_norm_eps};
+  XXH3_64bits_update(st, reals, sizeof reals);
+  const int64_t settings[] = {c.intermediate_size,
+                              c.zero_centred_norm,
+                              c.attention_bias,
+                              c.attention_output_gate,
+                              c.linear_key_heads,
+                              c.linear_value_heads,
+                              c.linear_key_dim,
+                              c.linear_value_dim,
+                              c.linear_conv_kernel,
+                              c.num_experts,
+                              c.experts_per_token,
+                              c.moe_intermediate_size,
+                              c.shared_expert_intermediate_size,
+                              c.norm_topk_prob,
+                              c.mtp_layers,
+                              c.fp8_block_rows,
+                              c.fp8_block_cols};
+  XXH3_64bits_update(st, settings, sizeof settings);
+  for (MixerKind m : c.mixers) XXH3_64bits_update(st, &m, sizeof m);
+  for (FfnKind f : c.ffns) XXH3_64bits_update(st, &f, sizeof f);
   auto layer = [&](const LayerWeights& l) {
     for_each_matrix(l, [&](const Weight& m, MatrixRole) {
       hash_tensor(st, m.w);
@@ -126,6 +150,15 @@ uint64_t weights_fingerprint(const ModelConfig& c, const ModelWeights& w) {
   hash_tensor(st, w.lm_head.w);
   hash_tensor(st, w.final_norm);
   for (const LayerWeights& l : w.layers) layer(l);
+  if (w.mtp) {  // its layer's KV is part of the state too
+    hash_tensor(st, w.mtp->fc.w);
+    hash_tensor(st, w.mtp->fc.scale);
+    for (const Tensor* t :
+         {&w.mtp->pre_fc_norm_embedding, &w.mtp->pre_fc_norm_hidden, &w.mtp->norm}) {
+      hash_tensor(st, *t);
+    }
+    layer(w.mtp->layer);
+  }
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return h;

@@ -16,7 +16,6 @@ namespace {
 constexpr uint64_t kCheckpointCredit = 256;
 }  // namespace
 
-
 PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
                          int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
     : pool_(pool),
@@ -29,7 +28,8 @@ PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint
 
 size_t PrefixCache::page_bytes() const {
   size_t b = 0;
-  for (const Tensor& t : pool_.views().k_pages) b += 2 * t.nbytes() / static_cast<size_t>(t.shape[0]);
+  for (const Tensor& t : pool_.views().k_pages)
+    b += 2 * t.nbytes() / static_cast<size_t>(t.shape[0]);
   return b;
 }
 
@@ -144,16 +144,33 @@ std::vector<PrefixCache::BlockRef> PrefixCache::chain_blocks(std::span<const int
   BlockKey k{};
   for (int64_t i = 0; i < blocks; ++i) {
     k = BlockKey::chain(k, tokens.subspan(i * page_size, page_size), fingerprint);
-    out.push_back({k, kKindKv});
-    if (hybrid) out.push_back({checkpoint_key(k), kKindCheckpoint});
+    out.push_back({k, kKindKv, i});
+    if (hybrid) out.push_back({checkpoint_key(k), kKindCheckpoint, i});
   }
   return out;
+}
+
+PrefixCache::DeviceCoverage PrefixCache::device_coverage(std::span<const int32_t> tokens) const {
+  DeviceCoverage c;
+  const int64_t ps = pool_.page_size();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t blocks = n < 2 ? 0 : (n - 1) / ps;  // as lookup()
+  BlockKey k{};
+  for (int64_t i = 0; i < blocks; ++i) {
+    k = BlockKey::chain(k, tokens.subspan(i * ps, ps), fingerprint_);
+    auto it = nodes_.find(k);
+    if (it == nodes_.end() || it->second.page < 0) break;
+    c.blocks = i + 1;
+    if (it->second.checkpoint >= 0) c.checkpoint = i + 1;
+  }
+  return c;
 }
 
 BlockKey PrefixCache::key_at(std::span<const int32_t> tokens, int64_t blocks) const {
   const int64_t ps = pool_.page_size();
   BlockKey k{};
-  for (int64_t i = 0; i < blocks; ++i) k = BlockKey::chain(k, tokens.subspan(i * ps, ps), fingerprint_);
+  for (int64_t i = 0; i < blocks; ++i)
+    k = BlockKey::chain(k, tokens.subspan(i * ps, ps), fingerprint_);
   return k;
 }
 
@@ -226,6 +243,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t now = ++clock_;
   uint64_t restored = 0;
+  std::vector<bool> from_below(target, false);  // restored from a lower tier, by level
   BlockKey parent{};
   for (int64_t i = 0; i < target; ++i) {
     const Level& lv = levels[i];
@@ -255,6 +273,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
       ++stats_.restored_blocks;
       stats_.restored_bytes += bytes->size();
       restored += static_cast<uint64_t>(ps);
+      from_below[i] = true;
       it = nit;
     }
     it->second.last_use = now;
@@ -296,7 +315,10 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
   }
   m.tokens = depth * ps;
   stats_.hit_tokens += static_cast<uint64_t>(m.tokens);
-  const uint64_t from_ssd = std::min<uint64_t>(restored, static_cast<uint64_t>(m.tokens));
+  // Only the blocks the match resumes from count, each for the tier it came from (a hybrid
+  // match can end at a device checkpoint above blocks it restored).
+  const uint64_t from_ssd =
+      static_cast<uint64_t>(std::count(from_below.begin(), from_below.begin() + depth, true) * ps);
   stats_.ssd_hit_tokens += from_ssd;
   stats_.device_hit_tokens += static_cast<uint64_t>(m.tokens) - from_ssd;
   return m;
@@ -451,6 +473,8 @@ int64_t PrefixCache::evict_pages(int64_t want) {
   return freed;
 }
 
-PrefixCacheStats PrefixCache::stats() const { return stats_; }
+PrefixCacheStats PrefixCache::stats() const {
+  return stats_;
+}
 
 }  // namespace hibana

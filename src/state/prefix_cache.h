@@ -29,9 +29,9 @@
 namespace hibana {
 
 struct PrefixMatch {
-  int64_t tokens = 0;           // resume position: a multiple of the page size, 0 for no reuse
-  std::vector<int32_t> pages;   // one reference each, covering positions [0, tokens)
-  int32_t checkpoint_slot = -1; // recurrent state after `tokens` tokens (hybrid models)
+  int64_t tokens = 0;            // resume position: a multiple of the page size, 0 for no reuse
+  std::vector<int32_t> pages;    // one reference each, covering positions [0, tokens)
+  int32_t checkpoint_slot = -1;  // recurrent state after `tokens` tokens (hybrid models)
 };
 
 struct PrefixCacheStats {
@@ -87,11 +87,22 @@ class PrefixCache {
   struct BlockRef {
     BlockKey key;
     uint32_t kind;
+    int64_t block;  // index in the chain (0: the first block)
   };
   static std::vector<BlockRef> chain_blocks(std::span<const int32_t> tokens, int64_t page_size,
                                             uint64_t fingerprint, bool hybrid);
   // Writes every block and checkpoint not yet on the SSD tier (a clean shutdown).
   void flush();
+  // What the device pool already holds of the blocks a lookup of `tokens` could use (changes no
+  // state, but like every other member it belongs to the thread that owns the pool): `blocks`,
+  // how many leading blocks have their KV on the device (eviction takes leaves only, so they
+  // are always a prefix of the chain), and `checkpoint`, the depth of the deepest of them with a
+  // checkpoint on the device (0: none). A lookup never needs a lower-tier copy of those blocks'
+  // KV, nor a checkpoint no deeper than that; the engine hands both to its prefetcher.
+  struct DeviceCoverage {
+    int64_t blocks = 0, checkpoint = 0;
+  };
+  DeviceCoverage device_coverage(std::span<const int32_t> tokens) const;
 
  private:
   struct Node {

@@ -129,6 +129,21 @@ TEST_P(PrefixCacheTest, DefaultModeReusesState) {
   EXPECT_GE(reused[1], 128);
 }
 
+// Checkpoint policy, rule 3: a sequence keeps only the checkpoint at its latest page boundary.
+// When that boundary is a kept one too (checkpoint_at here), the one before it is dropped: the
+// 600-token prompt's first pass ends at 512 (the token budget), its second at checkpoint_at.
+TEST_P(PrefixCacheTest, AKeptCheckpointReplacesTheSequencesEarlierBoundaryOne) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  if (model->state_spec().deltanet_layers == 0) GTEST_SKIP() << "no recurrent state";
+  const int64_t V = model->config().vocab_size;
+  EngineOptions on;
+  on.step_token_budget = 512;
+  Engine e(model, on);
+  run(e, text(600, 3, V), 4, 576);
+  e.wait_idle();
+  EXPECT_EQ(e.metrics().cache_checkpoints, 1) << "the checkpoint at 512 was kept";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheTest,
                          testing::Values("qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });

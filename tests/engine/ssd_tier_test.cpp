@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/engine.h"
@@ -45,7 +47,9 @@ std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
   return t;
 }
 
-void append(std::vector<int32_t>& a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); }
+void append(std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+}
 
 EngineOptions exact() {
   EngineOptions o;
@@ -113,7 +117,8 @@ TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
     for (int a = 0; a < agents; ++a) {
       const int64_t before = static_cast<int64_t>(hist[a].size());
       Turn t = run(cached, hist[a], 8, before);
-      ASSERT_EQ(t.tokens, run(plain, hist[a], 8, before).tokens) << "agent " << a << " turn " << turn;
+      ASSERT_EQ(t.tokens, run(plain, hist[a], 8, before).tokens)
+          << "agent " << a << " turn " << turn;
       append(hist[a], t.tokens);
       append(hist[a], text(40, 100 + a + turn, V));
     }
@@ -151,7 +156,8 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   r.max_tokens = 8;
   r.ignore_eos = true;
   auto s = second.submit(r);
-  for (int i = 0; i < 500 && second.metrics().host_prefetched < 9; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && second.metrics().host_prefetched < 9; ++i)
+    std::this_thread::sleep_for(10ms);
   EXPECT_GE(second.metrics().host_prefetched, 9u) << "the 9 full blocks were not prefetched";
   second.hold_admission(false);
   std::vector<int32_t> got;
@@ -162,6 +168,95 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   EXPECT_EQ(got, run(plain, hist, 8).tokens);
   EXPECT_GE(s->usage().cached_tokens, 512);
   EXPECT_GT(second.metrics().host_hits, 0u);
+}
+
+// A conversation whose first blocks are still in the device pool while its later ones were
+// pushed out to the SSD: the prefetcher starts past the blocks the device holds (the engine
+// thread tells it how many) and warms host RAM with the SSD part while the request waits.
+TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions tiered = exact();
+  const int64_t kv_page = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64;
+  tiered.kv_cache_bytes = kv_page * 12;
+  tiered.host_cache_bytes = kv_page * 2;
+  tiered.checkpoint_slots = 4;
+  tiered.cache_dir = dir.path();
+  EngineOptions off = exact();
+  off.prefix_cache = false;
+  Engine e(model, tiered), plain(model, off);
+  // 9 full blocks of A in the pool, then B takes 7 of its 12 pages: A's last 4 blocks are
+  // evicted into host RAM (2 pages), which writes the older ones down to the SSD.
+  std::vector<int32_t> a = text(600, 11, V);
+  append(a, run(e, a, 8, static_cast<int64_t>(a.size())).tokens);
+  const std::vector<int32_t> b = text(420, 12, V);
+  run(e, b, 8, static_cast<int64_t>(b.size()));
+  e.wait_idle();
+  ASSERT_GT(e.metrics().host_written_down, 0u) << "nothing of A reached the SSD";
+  ASSERT_EQ(e.metrics().host_prefetched, 0u);
+  append(a, text(30, 13, V));
+  e.hold_admission(true);
+  GenerationRequest r;
+  r.prompt = a;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  auto s = e.submit(r);
+  for (int i = 0; i < 500 && e.metrics().host_prefetched < 2; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GE(e.metrics().host_prefetched, 2u)
+      << "the blocks on the SSD past the device's were not prefetched";
+  e.hold_admission(false);
+  std::vector<int32_t> got;
+  StreamEvent ev;
+  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
+    got.push_back(ev.token);
+  }
+  EXPECT_EQ(got, run(plain, a, 8).tokens);
+}
+
+// Blocks the device pool holds are not read again into host RAM: after a restart, a request
+// brings the first 4 of a conversation's 9 blocks into the pool; when the conversation comes
+// back, only the blocks on the SSD past those 4 (its other 5 and their checkpoints) are read.
+TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions opt = exact();
+  opt.cache_dir = dir.path();
+  std::vector<int32_t> hist = text(600, 7, V);
+  {
+    Engine first(model, opt);
+    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
+  }  // shutdown flushes every block to disk
+  uint64_t on_disk = 0;
+  for (auto& e : fs::recursive_directory_iterator(dir.path()))
+    on_disk += e.path().extension() == ".blk";
+  ASSERT_GE(on_disk, 9u);
+  append(hist, text(30, 8, V));
+  EngineOptions tiered = opt;
+  tiered.host_cache_bytes = int64_t(64) << 20;
+  Engine second(model, tiered);
+  std::vector<int32_t> head(hist.begin(), hist.begin() + 4 * 64);
+  append(head, text(40, 9, V));
+  run(second, head, 4, 4 * 64);  // its first 4 blocks: restored (read through RAM) or computed
+  second.hold_admission(true);
+  GenerationRequest r;
+  r.prompt = hist;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  auto s = second.submit(r);
+  const uint64_t want = on_disk - 4;  // none of the 4 has a checkpoint on disk
+  for (int i = 0; i < 500 && second.metrics().host_prefetched < want; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(100ms);  // a prefetcher reading more would have done so by now
+  EXPECT_EQ(second.metrics().host_prefetched, want) << "blocks in the device pool were read";
+  second.hold_admission(false);
+  StreamEvent ev;
+  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
+  }
+  EXPECT_GE(s->usage().cached_tokens, 512);
 }
 
 TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
@@ -182,6 +277,9 @@ TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
   const int64_t before_tool = static_cast<int64_t>(history.size());
   append(history, text(50, 4, V));
   Engine after(model, opt);
+  // The metrics show what is on disk before the first request.
+  EXPECT_GT(after.metrics().ssd_blocks, 0u);
+  EXPECT_GT(after.metrics().ssd_bytes, 0u);
   Turn second = run(after, history, 10, before_tool);
   Engine plain(model, off);
   EXPECT_EQ(second.tokens, run(plain, history, 10, before_tool).tokens);
@@ -225,6 +323,89 @@ TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
   std::shared_ptr<const Model> other = test::load_fixture_model("qwen3_dense");
   Engine stranger(other, opt);
   EXPECT_EQ(stranger.metrics().ssd_blocks, 0u);
+}
+
+// A hybrid conversation comes back with its first 4 blocks (and a checkpoint after them) in
+// the device pool and the rest on disk, whose checkpoints turn out damaged: the lookup restores
+// the later blocks but resumes from the device checkpoint, and the hit counts say the tokens it
+// resumed came from the device, not from the SSD.
+TEST_P(SsdTier, HitTokensCountTheTierTheResumedBlocksCameFrom) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  if (model->state_spec().deltanet_layers == 0) GTEST_SKIP() << "no checkpoints";
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions opt = exact();
+  opt.cache_dir = dir.path();
+  std::vector<int32_t> hist = text(600, 7, V);
+  {
+    Engine first(model, opt);
+    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
+  }
+  int damaged = 0;
+  for (auto& e : fs::recursive_directory_iterator(dir.path())) {
+    if (e.path().extension() != ".blk") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    uint32_t kind = 0;
+    f.seekg(12);
+    f.read(reinterpret_cast<char*>(&kind), 4);
+    if (kind != 2) continue;  // checkpoints only
+    f.seekp(100);
+    f.put('\x5a');
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0);
+  Engine second(model, opt);
+  std::vector<int32_t> head(hist.begin(), hist.begin() + 4 * 64);
+  append(head, text(40, 9, V));
+  run(second, head, 4, 4 * 64);  // computed: no checkpoint on disk within its first 4 blocks
+  second.wait_idle();
+  const EngineMetrics before = second.metrics();
+  append(hist, text(30, 8, V));
+  const Turn t = run(second, hist, 8);
+  second.wait_idle();
+  const EngineMetrics after = second.metrics();
+  ASSERT_EQ(t.cached, 256);
+  EXPECT_GT(after.restored_blocks, before.restored_blocks);
+  EXPECT_EQ(after.device_hit_tokens - before.device_hit_tokens, 256u);
+  EXPECT_EQ(after.ssd_hit_tokens - before.ssd_hit_tokens, 0u);
+}
+
+// The same weights under another config.json value that changes what the state is (RoPE base,
+// norm epsilon, experts per token) are another model: none of the first one's blocks is used.
+TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
+  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  EngineOptions opt = exact();
+  opt.cache_dir = dir.path();
+  const std::vector<int32_t> prompt = text(200, 7, V);
+  {
+    Engine writer(model, opt);
+    run(writer, prompt, 4);
+  }
+  const fs::path source = test::fixture_model_dir(GetParam());
+  std::ifstream in(source / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(in);
+  using Change = std::function<void(nlohmann::json&)>;
+  std::vector<std::pair<std::string, Change>> changes = {
+      {"rope_theta", [](nlohmann::json& c) { c["rope_parameters"]["rope_theta"] = 5000.0; }},
+      {"rms_norm_eps", [](nlohmann::json& c) { c["rms_norm_eps"] = 1e-5; }}};
+  if (config.contains("num_experts_per_tok")) {
+    changes.push_back(
+        {"num_experts_per_tok", [](nlohmann::json& c) { c["num_experts_per_tok"] = 1; }});
+  }
+  for (const auto& [key, change] : changes) {
+    nlohmann::json changed = config;
+    change(changed);
+    test::TempDir copy;
+    fs::copy(source, copy.path(), fs::copy_options::recursive);
+    copy.write("config.json", changed.dump(2));
+    std::shared_ptr<const Model> other = Model::load(copy.path(), make_cpu_backend());
+    EXPECT_NE(other->fingerprint(), model->fingerprint()) << key;
+    Engine stranger(other, opt);
+    EXPECT_EQ(run(stranger, prompt, 4).cached, 0) << "blocks of another " << key << " were used";
+    EXPECT_EQ(stranger.metrics().ssd_hit_tokens, 0u) << key;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SsdTier, testing::Values("qwen3_moe", "qwen3_next", "qwen3_5"),

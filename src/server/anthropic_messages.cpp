@@ -7,6 +7,7 @@
 #include "server/json_fields.h"
 #include "server/openai_common.h"
 #include "server/request_options.h"
+#include "tokenizer/json_text.h"
 
 namespace hibana::server {
 
@@ -238,9 +239,16 @@ Json messages_usage(const UsageTotals& u, bool with_output) {
   return j;
 }
 
-Json tool_input(const std::string& arguments) {
-  Json j = Json::parse(arguments, nullptr, false);
-  return j.is_object() ? j : Json::object();
+// A tool_use block, its `input` being the call's arguments text itself (made compact), not a
+// parse of it: a number that no double holds (an integer past 64 bits, 0.10000000000000000000001)
+// reaches the client with the digits the model wrote, as in the streamed input_json_delta. A
+// client that reads JSON numbers as doubles rounds it there; one that does not keeps it.
+std::string tool_use_block(const ParsedToolCall& c) {
+  std::optional<JsonText> input = rewrite_json(c.arguments, kCompactJson);
+  const bool object = input && !input->text.empty() && input->text.front() == '{';
+  std::string block = dump(Json{{"type", "tool_use"}, {"id", c.id}, {"name", c.name}});
+  block.pop_back();  // the closing brace: `input` goes last
+  return block + ",\"input\":" + (object ? input->text : std::string("{}")) + "}";
 }
 
 std::string sse(const char* type, Json data) {
@@ -385,27 +393,27 @@ std::unique_ptr<StreamEncoder> make_messages_stream_encoder(MessagesInfo info) {
 
 std::string encode_messages_response(const MessagesInfo& info, const ChoiceResult& r,
                                      const UsageTotals& usage) {
-  Json content = Json::array();
+  // Written as text around the content blocks, whose tool inputs are JSON text (tool_use_block).
+  std::string content = "[";
+  auto add = [&content](const std::string& block) {
+    if (content.size() > 1) content += ',';
+    content += block;
+  };
   if (!r.output.reasoning.empty()) {
-    content.push_back(
-        Json{{"type", "thinking"}, {"thinking", r.output.reasoning}, {"signature", kSignature}});
+    add(dump(
+        Json{{"type", "thinking"}, {"thinking", r.output.reasoning}, {"signature", kSignature}}));
   }
-  if (!r.output.content.empty()) {
-    content.push_back(Json{{"type", "text"}, {"text", r.output.content}});
-  }
-  for (const ParsedToolCall& c : r.output.tool_calls) {
-    content.push_back(Json{
-        {"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", tool_input(c.arguments)}});
-  }
-  Json j = Json{{"id", info.id},
-                {"type", "message"},
-                {"role", "assistant"},
-                {"model", info.model},
-                {"content", std::move(content)},
-                {"stop_reason", stop_reason(r.finish)},
+  if (!r.output.content.empty()) add(dump(Json{{"type", "text"}, {"text", r.output.content}}));
+  for (const ParsedToolCall& c : r.output.tool_calls) add(tool_use_block(c));
+  content += ']';
+  std::string head = dump(
+      Json{{"id", info.id}, {"type", "message"}, {"role", "assistant"}, {"model", info.model}});
+  std::string tail =
+      dump(Json{{"stop_reason", stop_reason(r.finish)},
                 {"stop_sequence", r.stop_sequence.empty() ? Json(nullptr) : Json(r.stop_sequence)},
-                {"usage", messages_usage(usage, true)}};
-  return dump(j);
+                {"usage", messages_usage(usage, true)}});
+  head.pop_back();  // '}'
+  return head + ",\"content\":" + content + "," + tail.substr(1);
 }
 
 ApiResponse handle_messages(const ServedModel& model, const RequestContext& context,

@@ -115,7 +115,13 @@ Json final_response(const ResponsesInfo& info, const ChoiceResult& r, Json outpu
   Json j = response_object(info, incomplete ? "incomplete" : "completed", std::move(output));
   if (incomplete) j["incomplete_details"] = Json{{"reason", "max_output_tokens"}};
   j["usage"] = responses_usage(usage);
-  if (info.store) info.store->put(info.id, {info.conversation, dump(j)});
+  if (info.store) {
+    std::vector<std::string> item_ids;
+    for (const Json& it : j["output"]) {
+      if (it.contains("id") && it["id"].is_string()) item_ids.push_back(it["id"]);
+    }
+    info.store->put(info.id, {info.conversation, dump(j), std::move(item_ids)});
+  }
   return j;
 }
 

@@ -68,10 +68,6 @@ class InputReader {
       }
       if (!pending_reasoning_.empty() && !text.empty()) pending_reasoning_ += "\n";
       pending_reasoning_ += text;
-    } else if (type == "item_reference") {
-      throw invalid_field(at + ".type",
-                          "item_reference is not supported: continue a stored response with "
-                          "previous_response_id, or send the items themselves");
     } else {
       log_debug("responses: ignoring input item of type ", type);
     }
@@ -188,6 +184,22 @@ Json previous_conversation(const std::string& id, ResponseStore* store) {
   return items;
 }
 
+// The output item of a stored response that an item_reference input item names, to stand in
+// its place (and be stored as itself, so a continuation does not depend on that response).
+Json referenced_item(const Json& ref, const std::string& at, ResponseStore* store) {
+  const std::string id = req_string(ref, "id", at);
+  if (std::shared_ptr<const StoredResponse> stored = store ? store->find_item(id) : nullptr) {
+    const Json response = Json::parse(stored->response);
+    for (const Json& it : response.at("output")) {
+      const Json* item_id = member(it, "id");
+      if (item_id && item_id->is_string() && item_id->get<std::string>() == id) return it;
+    }
+  }
+  throw invalid_field(at + ".id", "item_reference '" + id +
+                                      "': no stored response has an output item with this id (" +
+                                      stored_responses_note(store) + ")");
+}
+
 }  // namespace
 
 ResponsesRequest parse_responses_request(std::string_view text, const RequestContext& context) {
@@ -208,7 +220,14 @@ ResponsesRequest parse_responses_request(std::string_view text, const RequestCon
   if (input->is_string()) {
     items.push_back(Json{{"type", "message"}, {"role", "user"}, {"content", *input}});
   } else if (input->is_array()) {
-    for (const Json& it : *input) items.push_back(it);
+    for (size_t i = 0; i < input->size(); ++i) {
+      const Json& it = (*input)[i];
+      const Json* type = member(it, "type");
+      items.push_back(
+          type && *type == "item_reference"
+              ? referenced_item(it, "input[" + std::to_string(i) + "]", context.responses.get())
+              : it);
+    }
   } else {
     throw invalid_field("input", "expected a string or an array of input items");
   }

@@ -1,7 +1,8 @@
 // Responses kept in memory for the Responses API (`store`, the default): what a later request
 // continues with `previous_response_id`, and what GET/DELETE /v1/responses/{id} read. Each entry
 // holds the whole conversation that led to the response (every input item, earlier responses'
-// outputs included) and the response object as it was returned, both as JSON text. A bounded
+// outputs included) and the response object as it was returned, both as JSON text, and is
+// also found by the ids of its output items (an `item_reference` input item names one). A bounded
 // LRU: at most `max_responses` entries and `max_bytes` of JSON text, the least recently used
 // evicted first. Thread-safe.
 #pragma once
@@ -12,14 +13,16 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "server/api_error.h"
 
 namespace hibana::server {
 
 struct StoredResponse {
-  std::string conversation;  // JSON array: the input items, earlier turns included
-  std::string response;      // JSON object: the response as returned (output, usage, ...)
+  std::string conversation;           // JSON array: the input items, earlier turns included
+  std::string response;               // JSON object: the response as returned (output, usage, ...)
+  std::vector<std::string> item_ids;  // ids of the response's output items (item_reference)
 };
 
 struct ResponseStoreLimits {
@@ -38,6 +41,9 @@ class ResponseStore {
   std::shared_ptr<const StoredResponse> get(const std::string& id);
   // Whether `id` was there.
   bool remove(const std::string& id);
+  // The entry with an output item `item_id` (the last one kept with it), now the most recently
+  // used; null when no entry has it.
+  std::shared_ptr<const StoredResponse> find_item(const std::string& item_id);
 
   size_t size() const;
   size_t bytes() const;
@@ -55,8 +61,13 @@ class ResponseStore {
   mutable std::mutex mutex_;
   std::list<std::string> order_;  // most recently used first
   std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, std::string> items_;  // output item id -> response id
   size_t bytes_ = 0;
 };
+
+// What the store keeps, for error messages: "this server does not store responses", or "the
+// server keeps the last N stored responses in memory, up to M MiB".
+std::string stored_responses_note(const ResponseStore* store);
 
 // 404 for a response that is not (or no longer) stored, saying what the store keeps; `store`
 // may be null (the server keeps nothing). `code` and `param` as OpenAI sets them.

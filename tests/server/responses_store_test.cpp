@@ -18,7 +18,7 @@ using testing::HasSubstr;
 using testing::Not;
 
 StoredResponse entry(const std::string& text) {
-  return {"[]", text};
+  return {"[]", text, {}};
 }
 
 TEST(ResponseStore, EvictsLeastRecentlyUsedPastTheCount) {
@@ -49,6 +49,24 @@ TEST(ResponseStore, EvictsPastTheBytesAndSkipsWhatCannotFit) {
   ResponseStore none(ResponseStoreLimits{0, 100});
   none.put("a", entry("{}"));
   EXPECT_EQ(none.get("a"), nullptr);
+}
+
+TEST(ResponseStore, FindsEntriesByTheirOutputItems) {
+  ResponseStore store(ResponseStoreLimits{2, 1 << 20});
+  store.put("a", {"[]", "{}", {"fc_1", "msg_1"}});
+  store.put("b", {"[]", "{}", {"fc_2"}});
+  EXPECT_EQ(store.find_item("fc_1"), store.get("a"));
+  EXPECT_EQ(store.find_item("fc_2"), store.get("b"));
+  EXPECT_EQ(store.find_item("a"), nullptr);  // response ids are not item ids
+  store.get("a");
+  store.put("c", {"[]", "{}", {}});  // evicts b, the least recently used
+  EXPECT_EQ(store.find_item("fc_2"), nullptr);
+  EXPECT_NE(store.find_item("msg_1"), nullptr);
+  store.put("a", {"[]", "{}", {"fc_3"}});  // replaced: its old items go with it
+  EXPECT_EQ(store.find_item("fc_1"), nullptr);
+  EXPECT_EQ(store.find_item("fc_3"), store.get("a"));
+  EXPECT_TRUE(store.remove("a"));
+  EXPECT_EQ(store.find_item("fc_3"), nullptr);
 }
 
 TEST(ResponseStore, ConcurrentUse) {
@@ -150,6 +168,54 @@ TEST_F(HttpApi, ResponsesFunctionCallRoundTripThroughPreviousResponse) {
   EXPECT_THAT(prompt,
               HasSubstr("<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}}"));
   EXPECT_THAT(prompt, HasSubstr("<tool_response>\na.txt\n</tool_response>"));
+}
+
+// An item_reference input item stands for a stored response's output item: here the call,
+// answered by its output, without previous_response_id.
+TEST_F(HttpApi, ResponsesItemReferenceToAStoredFunctionCall) {
+  script("<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>");
+  Reply first = post(*server, "/v1/responses", request("list the files", {{"tools", tools()}}));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json& call = first.j["output"][0];
+  ASSERT_EQ(call["type"], "function_call");
+
+  script("There is a.txt.");
+  json input = {
+      {{"type", "message"}, {"role", "user"}, {"content", "list the files"}},
+      {{"type", "item_reference"}, {"id", call["id"]}},
+      {{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "a.txt"}}};
+  Reply second = post(*server, "/v1/responses", request(input, {{"tools", tools()}}));
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.j["output"][0]["content"][0]["text"], "There is a.txt.");
+  EXPECT_THAT(
+      prompt_of(*fake, 1),
+      HasSubstr("list the files<|im_end|>\n<|im_start|>assistant\n\n<tool_call>\n{\"name\": "
+                "\"shell\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call><|im_end|>\n"
+                "<|im_start|>user\n<tool_response>\na.txt\n</tool_response>"));
+
+  // The second response stored the item itself: continuing it needs no lookup of the first.
+  server->client().Delete(("/v1/responses/" + first.j["id"].get<std::string>()).c_str());
+  script("Done.");
+  Reply third =
+      post(*server, "/v1/responses", request("thanks", {{"previous_response_id", second.j["id"]}}));
+  ASSERT_EQ(third.status, 200) << third.body;
+  EXPECT_THAT(prompt_of(*fake, 2), HasSubstr("\"arguments\": {\"cmd\": \"ls\"}}"));
+  // With the first response gone, so is its item.
+  Reply gone = post(*server, "/v1/responses", request(input, {{"tools", tools()}}));
+  EXPECT_EQ(gone.status, 400) << gone.body;
+}
+
+TEST_F(HttpApi, ResponsesUnknownItemReferenceIs400) {
+  json input = {{{"type", "message"}, {"role", "user"}, {"content", "x"}},
+                {{"type", "item_reference"}, {"id", "fc_nope"}}};
+  Reply r = post(*server, "/v1/responses", request(input));
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.j["error"]["message"],
+            "input[1].id: item_reference 'fc_nope': no stored response has an output item with "
+            "this id (the server keeps the last 256 stored responses in memory, up to 64 MiB)");
+  EXPECT_EQ(r.j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(r.j["error"]["param"], "input[1].id");
+  EXPECT_TRUE(fake->requests().empty());
 }
 
 TEST_F(HttpApi, ResponsesGetAndDeleteStoredResponses) {

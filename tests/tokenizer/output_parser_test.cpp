@@ -194,10 +194,12 @@ TEST(OutputParser, JsonCallWithStringArgumentsAndNoTools) {
 // body on every piece).
 TEST(OutputParser, LongCallsStreamedInSmallPieces) {
   const std::string body(300000, 'x');
-  const std::string json_call = "<tool_call>{\"name\": \"write_file\", \"arguments\": "
-                                "{\"path\": \"a\", \"content\": \"" + body + "\"}}</tool_call>";
-  const std::string xml_call = "<tool_call>\n<function=write_file>\n<parameter=content>\n" +
-                               body + "\n</parameter>\n</function>\n</tool_call>";
+  const std::string json_call =
+      "<tool_call>{\"name\": \"write_file\", \"arguments\": "
+      "{\"path\": \"a\", \"content\": \"" +
+      body + "\"}}</tool_call>";
+  const std::string xml_call = "<tool_call>\n<function=write_file>\n<parameter=content>\n" + body +
+                               "\n</parameter>\n</function>\n</tool_call>";
   for (const std::string& text : {json_call, xml_call}) {
     std::vector<std::string> pieces;
     for (size_t i = 0; i < text.size(); i += 7) pieces.push_back(text.substr(i, 7));
@@ -206,6 +208,51 @@ TEST(OutputParser, LongCallsStreamedInSmallPieces) {
     json args = json::parse(c.calls[0].arguments);
     EXPECT_EQ(args["content"], body);
   }
+}
+
+// Numbers no double holds (an integer past 64 bits, a fraction past 17 digits) keep the text
+// the model wrote; they came back as 1.2345678901234568e+29 and 0.1, other numbers as Python
+// writes floats (1E5 as 100000.0).
+TEST(OutputParser, JsonCallArgumentsKeepTheNumbersText) {
+  const std::string args =
+      R"({"mode": 123456789012345678901234567890, "ratio": 0.10000000000000000000001, )"
+      R"("tags": [1E5, -0.0, 2.50, 18446744073709551616, -9223372036854775809], )"
+      R"("path": "\u00e9\n"})";
+  const std::string want =
+      R"({"mode": 123456789012345678901234567890, "ratio": 0.10000000000000000000001, )"
+      R"("tags": [1E5, -0.0, 2.50, 18446744073709551616, -9223372036854775809], )"
+      R"("path": "é\n"})";
+  check_every_split(
+      options(false),
+      "<tool_call>\n{\"name\":\"write_file\",\"arguments\":" + args + "}\n</tool_call>",
+      {"", "", {{"write_file", want}}});
+  // Arguments given as a JSON string; under "parameters"; a string "null" is {} as before.
+  check_every_split(
+      options(false),
+      "<tool_call>{\"name\": \"write_file\", \"arguments\": " + json(args).dump() + "}</tool_call>",
+      {"", "", {{"write_file", want}}});
+  check_every_split(
+      options(false),
+      R"(<tool_call>{"name":"get_weather","parameters":{"days":[1,0.30000000000000000001]}})"
+      "</tool_call>",
+      {"", "", {{"get_weather", R"({"days": [1, 0.30000000000000000001]})"}}});
+  check_every_split(options(false),
+                    R"(<tool_call>{"name": "get_weather", "arguments": "null"}</tool_call>)",
+                    {"", "", {{"get_weather", "{}"}}});
+}
+
+TEST(OutputParser, XmlCallArgumentsKeepTheNumbersText) {
+  check_every_split(
+      options(false),
+      "<tool_call>\n<function=write_file>\n<parameter=mode>\n123456789012345678901234567890\n"
+      "</parameter>\n<parameter=ratio>\n0.10000000000000000000001\n</parameter>\n"
+      "<parameter=tags>\n[1e5,{\"n\":18446744073709551616}]\n</parameter>\n</function>\n</"
+      "tool_call>",
+      {"",
+       "",
+       {{"write_file",
+         R"({"mode": 123456789012345678901234567890, "ratio": 0.10000000000000000000001, )"
+         R"("tags": [1e5, {"n": 18446744073709551616}]})"}}});
 }
 
 TEST(OutputParser, XmlValuesStayStringsWithoutSchemas) {
@@ -277,6 +324,17 @@ TEST(ParameterValue, ConvertsBySchemaType) {
   EXPECT_EQ(convert("b", R"({"enum": ["a", "b"]})"), json("b"));
   EXPECT_EQ(convert("3", R"({"enum": [1, 3]})"), json(3));
   EXPECT_EQ(convert("  spaced  ", R"({"description": "no type"})"), json("  spaced  "));
+}
+
+TEST(ParameterValue, TextKeepsParsedNumbersAsWritten) {
+  json integer = json::parse(R"({"type": "integer"})");
+  json number = json::parse(R"({"type": ["number", "null"]})");
+  EXPECT_EQ(parsers::convert_parameter_text("4.0", &integer), "4");  // coerced: written anew
+  EXPECT_EQ(parsers::convert_parameter_text(" 1.50 ", &number), "1.50");
+  EXPECT_EQ(parsers::convert_parameter_text("99999999999999999999", &integer),
+            "99999999999999999999");
+  EXPECT_EQ(parsers::convert_parameter_text("None", &number), "null");
+  EXPECT_EQ(parsers::convert_parameter_text("x\"y", nullptr), R"("x\"y")");
 }
 
 TEST(ParameterValue, PythonLiterals) {

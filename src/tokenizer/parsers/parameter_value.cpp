@@ -4,7 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "tokenizer/jinja/json_value.h"
 #include "tokenizer/jinja/python_text.h"
+#include "tokenizer/json_text.h"
 
 namespace hibana::parsers {
 
@@ -237,6 +239,19 @@ json convert_parameter(const std::string& raw, const json* schema) {
     return *literal;
   }
   return json(raw);
+}
+
+std::string convert_parameter_text(const std::string& raw, const json* schema) {
+  json value = convert_parameter(raw, schema);
+  if (value.is_number_float() || value.is_structured()) {
+    // Taken from the text as parsed (not coerced, as 4.0 to 4 for an integer): rewrite the text.
+    std::string trimmed = jinja::py_strip(raw, std::nullopt, true, true);
+    json parsed = json::parse(trimmed, nullptr, false);
+    if (!parsed.is_discarded() && parsed.type() == value.type() && parsed == value) {
+      if (std::optional<JsonText> text = rewrite_json(trimmed)) return std::move(text->text);
+    }
+  }
+  return jinja::python_json_dumps(value);
 }
 
 }  // namespace hibana::parsers

@@ -15,6 +15,10 @@ namespace hibana::parsers {
 nlohmann::ordered_json convert_parameter(const std::string& raw,
                                          const nlohmann::ordered_json* schema);
 
+// convert_parameter's value as JSON text (json.dumps style). A value parsed as JSON keeps its
+// numbers' text: an integer past 64 bits or a long fraction is not rounded through a double.
+std::string convert_parameter_text(const std::string& raw, const nlohmann::ordered_json* schema);
+
 // A Python literal (dict, list, tuple, str, int, float, True, False, None) as JSON.
 std::optional<nlohmann::ordered_json> parse_python_literal(const std::string& text);
 

@@ -2,6 +2,7 @@
 
 #include "tokenizer/jinja/json_value.h"
 #include "tokenizer/jinja/python_text.h"
+#include "tokenizer/json_text.h"
 #include "tokenizer/parsers/parameter_value.h"
 #include "tokenizer/parsers/text_scan.h"
 
@@ -21,6 +22,18 @@ constexpr size_t kMaxNameLength = 256;
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
+}
+
+// The arguments as json.dumps writes them, but with each number's text as the model wrote it:
+// parsed (`args`), an integer past 64 bits or a long fraction would come back as a double.
+// `source` holds the arguments object itself (key "") or the call object with it under `key`.
+// A null member is {}; an object with a repeated key is written from `args` (one value each).
+std::string arguments_text(std::string_view source, std::string_view key, const json& args) {
+  std::optional<JsonText> text = rewrite_json(source);
+  std::optional<std::string_view> value;
+  if (text) value = key.empty() ? std::string_view(text->text) : text->member(key);
+  if (value && *value != "null") return std::string(*value);
+  return jinja::python_json_dumps(args);
 }
 
 }  // namespace
@@ -96,16 +109,19 @@ bool ToolCallExtractor::finish_json_call(const std::string& body, OutputDelta& o
   if (name == call.end() || !name->is_string() || name->get<std::string>().empty()) return false;
   if (!any_name_ && !find_tool(name->get<std::string>())) return false;
   json args = json::object();
-  auto it = call.find("arguments");
-  if (it == call.end()) it = call.find("parameters");
+  std::string text = "{}";
+  const char* key = call.contains("arguments") ? "arguments" : "parameters";
+  auto it = call.find(key);
   if (it != call.end()) {
     args = *it;
-    if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
+    const bool quoted = args.is_string();
+    if (quoted) args = json::parse(args.get<std::string>(), nullptr, false);
     if (args.is_null()) args = json::object();
     if (args.is_discarded() || !args.is_object()) return false;
     if (nests_deeper_than(args, kMaxArgumentNesting)) return false;
+    text = arguments_text(quoted ? it->get<std::string>() : body, quoted ? "" : key, args);
   }
-  emit(out, make_id_(), name->get<std::string>(), jinja::python_json_dumps(args));
+  emit(out, make_id_(), name->get<std::string>(), text);
   ++index_;
   raw_.clear();
   after_call_ = true;
@@ -253,10 +269,9 @@ void ToolCallExtractor::scan(OutputDelta& out) {
             if (p != props->end()) schema = &*p;
           }
         }
-        json converted = convert_parameter(value, schema);
         std::string fragment = params_ ? ", " : "{";
         fragment += jinja::python_json_dumps(json(param_name_)) + ": " +
-                    jinja::python_json_dumps(converted);
+                    convert_parameter_text(value, schema);
         emit(out, "", "", fragment);
         ++params_;
         state_ = State::xml_between;

@@ -167,6 +167,10 @@ bool cuda_available();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// The stream every op of the CUDA backend runs on (a cudaStream_t), for work outside the backend
+// that must be ordered with its ops (the NCCL collectives of tensor parallelism); null without
+// CUDA or before the first CUDA backend exists.
+void* cuda_stream_handle();
 // "cpu", "cuda" or "auto" (CUDA when available, else the CPU).
 std::unique_ptr<Backend> make_backend(const std::string& device);
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "core/error.h"
@@ -73,15 +74,17 @@ int complete(const RunArgs& a, const Model& model) {
 }
 
 // --tp N: the command starts again as N MPI ranks (parallel/launch.h); each loads its shard,
-// rank 0 completes the prompt and the others run its passes.
+// rank 0 completes the prompt and the others run its passes. The ranks talk over MPI on the
+// CPU, over NCCL (one GPU each) with --device cuda; --device auto means the CPU here.
 int run_ranks(const RunArgs& a) {
+  const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
   if (!launched_as_ranks()) {  // errors every rank would hit, said once
-    check(a.model.device != "cuda", ErrorKind::unsupported,
-          "--tp runs on the CPU for now (the GPU communicator, NCCL, is not written yet)");
+    const std::string why = tp_unavailable_reason(device, a.tp);
+    if (!why.empty()) throw Error(ErrorKind::unsupported, why);
     check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8");
     relaunch_as_ranks(a.tp);
   }
-  std::shared_ptr<Communicator> comm = make_mpi_communicator();
+  std::shared_ptr<Communicator> comm = make_rank_communicator(device, &cuda_stream_handle);
   check(comm->size() == a.tp, ErrorKind::invalid_argument,
         "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
             " ranks");
@@ -129,8 +132,8 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--exact", args->exact,
                 "recurrent form for every DeltaNet token (bit-identical for any chunking)");
   cmd->add_option("--tp", args->tp,
-                  "tensor-parallel ranks: N processes, each with 1/N of the model (CPU, over "
-                  "MPI)")
+                  "tensor-parallel ranks: N processes, each with 1/N of the model (CPU over "
+                  "MPI; --device cuda: one GPU each, over NCCL)")
       ->check(CLI::Range(1, 1024));
   cmd->callback([&action, args] {
     action = [args]() -> int {

@@ -48,7 +48,10 @@ std::string default_model_dir() {
 
 std::unique_ptr<Model> ModelArgs::load(std::shared_ptr<Communicator> comm) const {
   const bool sharded = comm && comm->size() > 1;
-  std::shared_ptr<Backend> backend = make_backend(sharded && device == "auto" ? "cpu" : device);
+  std::shared_ptr<Backend> backend =
+      sharded && comm->device() == Device::cuda
+          ? make_cuda_backend(comm->device_index())
+          : make_backend(sharded && device == "auto" ? "cpu" : device);
   if (load_format == "dummy") {
     if (config.empty()) {
       throw Error(ErrorKind::invalid_argument, "--load-format dummy needs --config CONFIG.json");

@@ -22,8 +22,8 @@ struct ModelArgs {
 
   void add_to(CLI::App& cmd);
   // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.
-  // With a communicator of more than one rank, this rank's shard (and --device auto means cpu:
-  // the only communicator so far carries host memory).
+  // With a communicator of more than one rank, this rank's shard, on the communicator's GPU when
+  // it carries device memory (NCCL), else on the CPU (--device auto then means cpu).
   std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm = nullptr) const;
   // The model's config.json (or --config's), without loading any weight.
   ModelConfig read_config() const;

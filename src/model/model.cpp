@@ -171,7 +171,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
   if (shard && shard->plan.ranks > 1) {
     check(shard->comm->device() == backend_->device(), ErrorKind::unsupported,
           "tensor parallelism on " + backend_->name() +
-              " needs a communicator for its memory (NCCL is not written yet); use --device cpu");
+              " needs a communicator on its device (NCCL for --device cuda, MPI for cpu)");
     tp_ = std::make_unique<TensorParallel>(config_, std::move(*shard));
   }
   fingerprint_ = weights_fingerprint(config_, weights_);

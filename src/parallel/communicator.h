@@ -2,15 +2,15 @@
 // holding its shard of the model, exchanging activations through a Communicator.
 //
 // Implementations: single (one rank, nothing to exchange), MPI (ranks are processes of this
-// host, buffers in host memory: the CPU backend). A NCCL communicator for GPU ranks slots in
-// beside them: same calls, buffers on the GPU (device() says which), ordered on the backend's
-// stream.
+// host, buffers in host memory: the CPU backend), NCCL (one process per GPU, buffers in GPU
+// memory, collectives queued on the CUDA backend's stream; see nccl_communicator.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -23,9 +23,13 @@ class Communicator {
   virtual int size() const = 0;
   // Where the buffers given to the collectives live.
   virtual Device device() const = 0;
+  // Which device of that kind this rank owns (the CUDA ordinal, counted within
+  // CUDA_VISIBLE_DEVICES); 0 on the CPU.
+  virtual int device_index() const { return 0; }
 
-  // data[i] <- sum over ranks of data[i], in place. The ranks' values are added in rank order
-  // (((r0 + r1) + r2) ...), so every rank gets the same bits on every run.
+  // data[i] <- sum over ranks of data[i], in place, with the same bits on every rank and every
+  // run. The CPU communicators add in rank order (((r0 + r1) + r2) ...); NCCL's order is its
+  // own (identical on every rank for a fixed topology, but not rank order).
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   // recv <- every rank's send block one after another; rank r's block holds counts[r] values
   // (blocks may differ in size), send holds counts[rank()].
@@ -51,5 +55,38 @@ bool mpi_available();
 // the last MPI communicator of the process is destroyed). Throws Error(unsupported) in a build
 // without MPI.
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// True when this build has the NCCL communicator (CUDA, NCCL and MPI were all found).
+bool nccl_available();
+// GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 0 without NCCL or without a driver.
+int visible_gpus();
+// The CUDA stream the collectives on device buffers are queued on (a cudaStream_t), asked at
+// every collective; null means the default stream. The caller passes the backend's.
+using StreamSource = void* (*)();
+// One GPU rank of the MPI job `bootstrap` belongs to: selects GPU local_rank(), gets NCCL's
+// unique id from rank 0 through `bootstrap` and joins the NCCL communicator of all its ranks
+// (NCCL_NVLS_ENABLE defaults to 0 here). Buffers in host memory go through `bootstrap`.
+// Throws Error(unsupported) in a build without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> bootstrap,
+                                                     StreamSource stream);
+
+// Sets NCCL_NVLS_ENABLE=0 (NVLink multicast off) unless the environment already sets it.
+void default_nccl_environment();
+// This process's index among the ranks of its host (OMPI_COMM_WORLD_LOCAL_RANK, else
+// MPI_LOCALRANKID, else `rank`: one host).
+int local_rank(int rank);
+
+// Which communicator a `--tp ranks` run uses: MPI when the model runs on the CPU, NCCL on CUDA.
+enum class CommunicatorKind { single, mpi, nccl };
+CommunicatorKind communicator_kind(Device device, int ranks);
+// Why `--tp ranks` with the model on `device` cannot run given what the build has and how many
+// GPUs this host shows, or "" when it can.
+std::string tp_unavailable_reason(Device device, int ranks, bool have_mpi, bool have_nccl,
+                                  int gpus);
+// The same for this build and this machine.
+std::string tp_unavailable_reason(Device device, int ranks);
+// The communicator of this rank of a `--tp` job whose model runs on `device` (MPI, or NCCL over
+// MPI with `stream` for the device collectives).
+std::unique_ptr<Communicator> make_rank_communicator(Device device, StreamSource stream);
 
 }  // namespace hibana

@@ -77,6 +77,17 @@ TEST_F(RunTensorParallel, AnErrorOnRankZeroEndsEveryRank) {
   EXPECT_THAT(r.err, HasSubstr("token id 999 is outside the vocabulary"));
 }
 
+// --device cuda: one GPU per rank over NCCL; a build or machine that cannot says why before any
+// rank starts.
+TEST_F(RunTensorParallel, CudaRanksSayWhatIsMissing) {
+  if (nccl_available() && visible_gpus() >= 2) GTEST_SKIP() << "this machine can run GPU ranks";
+  auto r = test::run_hibana(run_args("qwen3_dense", 0) + " --tp 2 --device cuda");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr(nccl_available() ? "needs 2 GPUs; this process sees"
+                                                : "needs the NCCL communicator"));
+  EXPECT_EQ(r.out, "");
+}
+
 // serve has no tensor parallelism yet: it says so, and why, before loading anything.
 TEST(ServeTensorParallel, IsRefusedWithTheReason) {
   auto r = test::run_hibana("serve --port 0 --tp 2");

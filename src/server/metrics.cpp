@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/heap.h"
+
 namespace hibana::server {
 
 void HttpStats::count(int status) {
@@ -105,7 +107,7 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
              "Prompt tokens reused from state kept in device memory.",
              static_cast<double>(m->device_hit_tokens));
     w.metric("hibana_prefix_cache_ssd_hit_tokens_total", "counter",
-             "Prompt tokens reused from state restored from the SSD tier.",
+             "Prompt tokens reused from state restored from below the device (host RAM or SSD).",
              static_cast<double>(m->ssd_hit_tokens));
     w.metric("hibana_prefix_cache_nodes", "gauge", "Blocks indexed by the prefix cache.",
              static_cast<double>(m->cache_nodes));
@@ -113,16 +115,20 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
              static_cast<double>(m->cache_pages));
     w.metric("hibana_prefix_cache_checkpoints", "gauge", "Recurrent-state checkpoints kept.",
              static_cast<double>(m->cache_checkpoints));
-    w.metric("hibana_ssd_spilled_bytes_total", "counter", "Bytes written to the SSD tier.",
+    w.metric("hibana_ssd_spilled_bytes_total", "counter",
+             "Bytes the prefix cache wrote below the device (host RAM or SSD).",
              static_cast<double>(m->spilled_bytes));
-    w.metric("hibana_ssd_restored_bytes_total", "counter", "Bytes restored from the SSD tier.",
+    w.metric("hibana_ssd_restored_bytes_total", "counter",
+             "Bytes restored into the device from host RAM or the SSD tier.",
              static_cast<double>(m->restored_bytes));
-    w.metric("hibana_ssd_restored_blocks_total", "counter", "Blocks restored from the SSD tier.",
+    w.metric("hibana_ssd_restored_blocks_total", "counter",
+             "KV blocks restored into the device from host RAM or the SSD tier.",
              static_cast<double>(m->restored_blocks));
     w.metric("hibana_ssd_restores_declined_total", "counter",
-             "Restores skipped because recomputing was cheaper.",
+             "Restores from host RAM or the SSD skipped because recomputing was cheaper.",
              static_cast<double>(m->restores_declined));
-    w.metric("hibana_ssd_restore_seconds_total", "counter", "Time spent restoring blocks.",
+    w.metric("hibana_ssd_restore_seconds_total", "counter",
+             "Time spent restoring blocks from host RAM or the SSD tier.",
              m->restore_seconds);
     w.metric("hibana_ssd_blocks", "gauge", "Blocks stored in the SSD tier.",
              static_cast<double>(m->ssd_blocks));
@@ -163,6 +169,10 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
     w.sample("hibana_memory_bytes", "kind=\"recurrent_state\"",
              static_cast<double>(m->recurrent_bytes));
     w.sample("hibana_memory_bytes", "kind=\"weights\"", static_cast<double>(m->weight_bytes));
+    // The process heap as its allocator counts it (live bytes), whatever RSS does.
+    if (const int64_t heap = heap_bytes_in_use(); heap >= 0) {
+      w.sample("hibana_memory_bytes", "kind=\"heap\"", static_cast<double>(heap));
+    }
     w.histogram("hibana_time_to_first_token_seconds", "Time from arrival to the first token.",
                 m->ttft);
     w.histogram("hibana_inter_token_latency_seconds", "Time between consecutive tokens.", m->itl);

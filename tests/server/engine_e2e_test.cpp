@@ -436,6 +436,8 @@ TEST_F(EngineE2E, HealthAndMetrics) {
   EXPECT_THAT(
       m.body,
       testing::Not(HasSubstr("hibana_generation_tokens_total{model_name=\"hibana-tiny\"} 0\n")));
+  // The live heap, as the allocator counts it (what the load test compares between waves).
+  EXPECT_THAT(m.body, HasSubstr("hibana_memory_bytes{model_name=\"hibana-tiny\",kind=\"heap\"}"));
 }
 
 }  // namespace

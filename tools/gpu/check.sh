@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
 # stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve,
-# profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape).
+# profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape),
+# floor (tools/gpu/launch_floor.cu: per-kernel floor of empty and bare-read kernels in a graph).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
@@ -85,6 +86,12 @@ stage_profile() {
   done
 }
 
+# The floor under a decode kernel: graphs of empty kernels and of bare reads, PDL on and off.
+stage_floor() {
+  nvcc -O3 -std=c++17 -arch=sm_90 -o $B/launch_floor tools/gpu/launch_floor.cu &&
+    timeout 120 $B/launch_floor 2>&1 | tee "$OUT/launch_floor.log"
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -115,6 +122,7 @@ for s in "$@"; do
     serve) stage_serve ;;
     profile) stage_profile ;;
     matmul) stage_matmul ;;
+    floor) stage_floor ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

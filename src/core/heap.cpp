@@ -9,7 +9,9 @@
 #endif
 
 #if defined(HIBANA_ASAN)
-#include <sanitizer/allocator_interface.h>
+#include <cstddef>
+// The sanitizer runtime's allocator statistics (GCC ships no header declaring them).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #elif defined(__GLIBC__)
 #include <malloc.h>
 #endif

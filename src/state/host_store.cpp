@@ -1,43 +1,67 @@
 #include "state/host_store.h"
 
+#include <iterator>
+
 namespace hibana {
 
 HostStore::HostStore(uint64_t capacity_bytes, BlockStore* next)
     : capacity_(capacity_bytes), next_(next) {}
 
+void HostStore::insert(const BlockKey& key, uint32_t kind, Bytes bytes, bool below) {
+  const uint64_t n = bytes->size();
+  lru_.push_front(key);
+  blocks_.emplace(key, Entry{kind, std::move(bytes), below, false, ++next_id_, lru_.begin()});
+  stats_.bytes += n;
+  ++stats_.blocks;
+}
+
+void HostStore::erase(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
+  const uint64_t n = it->second.bytes->size();
+  if (it->second.writing) {
+    leaving_bytes_ -= n;  // its write-down finds it gone and leaves RAM alone
+  } else {
+    lru_.erase(it->second.lru);
+  }
+  stats_.bytes -= n;
+  --stats_.blocks;
+  blocks_.erase(it);
+}
+
 bool HostStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) {
-  std::lock_guard<std::mutex> lock(mutex_);
   if (payload.size() > capacity_) {
-    ++stats_.refused;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.refused;
+    }
     return next_ ? next_->put(key, kind, payload) : false;
   }
-  auto it = blocks_.find(key);
-  if (it != blocks_.end()) {
-    stats_.bytes -= it->second.bytes.size();
-    lru_.erase(it->second.lru);
-    blocks_.erase(it);
-    --stats_.blocks;
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(payload.begin(), payload.end());
+  WriteDowns leaving;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(key);
+    if (it != blocks_.end()) erase(it);
+    evict_to(capacity_ - payload.size(), leaving);
+    insert(key, kind, std::move(bytes), false);
   }
-  evict_to(capacity_ - payload.size());
-  lru_.push_front(key);
-  blocks_.emplace(key, Entry{kind, std::vector<uint8_t>(payload.begin(), payload.end()), false,
-                             lru_.begin()});
-  stats_.bytes += payload.size();
-  ++stats_.blocks;
+  write_down(leaving);
   return true;
 }
 
 std::optional<std::vector<uint8_t>> HostStore::get(const BlockKey& key, uint32_t kind) {
+  Bytes found;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(key);
     if (it != blocks_.end() && it->second.kind == kind) {
       ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return it->second.bytes;
+      if (!it->second.writing) lru_.splice(lru_.begin(), lru_, it->second.lru);
+      found = it->second.bytes;
+    } else {
+      ++stats_.misses;
     }
-    ++stats_.misses;
   }
+  if (found) return *found;  // the copy is made outside the lock; the bytes never change
   return next_ ? next_->get(key, kind) : std::nullopt;
 }
 
@@ -58,38 +82,81 @@ void HostStore::clear_block(const BlockKey& key) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(key);
-    if (it != blocks_.end()) {
-      stats_.bytes -= it->second.bytes.size();
-      --stats_.blocks;
-      lru_.erase(it->second.lru);
-      blocks_.erase(it);
-    }
+    if (it != blocks_.end()) erase(it);
   }
   if (next_) next_->clear_block(key);
 }
 
-void HostStore::evict_to(uint64_t limit) {
-  while (stats_.bytes > limit && !lru_.empty()) {
+void HostStore::evict_to(uint64_t limit, WriteDowns& out) {
+  while (stats_.bytes - leaving_bytes_ > limit && !lru_.empty()) {
     const BlockKey key = lru_.back();
+    lru_.pop_back();
     auto it = blocks_.find(key);
     Entry& e = it->second;
-    if (next_ && !e.below && next_->put(key, e.kind, e.bytes)) ++stats_.written_down;
-    stats_.bytes -= e.bytes.size();
-    --stats_.blocks;
-    ++stats_.evictions;
-    lru_.pop_back();
-    blocks_.erase(it);
+    if (next_ && !e.below) {
+      e.writing = true;  // out of the LRU list, still in RAM until the write is done
+      leaving_bytes_ += e.bytes->size();
+      out.push_back({key, e.kind, e.bytes, e.id});
+    } else {
+      stats_.bytes -= e.bytes->size();
+      --stats_.blocks;
+      ++stats_.evictions;
+      blocks_.erase(it);
+    }
+  }
+}
+
+void HostStore::write_down(WriteDowns& blocks) {
+  for (const WriteDown& w : blocks) {
+    const bool ok = next_->put(w.key, w.kind, *w.bytes);  // disk I/O: the lock is not held
+    bool cleared = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (ok) ++stats_.written_down;
+      auto it = blocks_.find(w.key);
+      if (it == blocks_.end() || it->second.id != w.id) {
+        // Cleared or replaced while it was written: RAM is no longer this write's business,
+        // but a cleared block must not survive below.
+        cleared = ok && it == blocks_.end();
+      } else if (ok) {
+        erase(it);
+        ++stats_.evictions;
+      } else {
+        // The next tier refused it (disk full, I/O error): keep it in RAM, least recent, if
+        // the budget has room for it now; drop it otherwise.
+        ++stats_.write_down_failures;
+        Entry& e = it->second;
+        const uint64_t n = e.bytes->size();
+        if (stats_.bytes - (leaving_bytes_ - n) <= capacity_) {
+          e.writing = false;
+          leaving_bytes_ -= n;
+          lru_.push_back(w.key);
+          e.lru = std::prev(lru_.end());
+        } else {
+          erase(it);
+          ++stats_.evictions;
+        }
+      }
+    }
+    if (cleared) next_->clear_block(w.key);
   }
 }
 
 void HostStore::flush() {
-  std::lock_guard<std::mutex> lock(mutex_);
   if (!next_) return;
-  for (auto& [key, e] : blocks_) {
-    if (!e.below && next_->put(key, e.kind, e.bytes)) {
-      e.below = true;
-      ++stats_.written_down;
+  WriteDowns todo;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, e] : blocks_) {
+      if (!e.below && !e.writing) todo.push_back({key, e.kind, e.bytes, e.id});
     }
+  }
+  for (const WriteDown& w : todo) {
+    if (!next_->put(w.key, w.kind, *w.bytes)) continue;  // outside the lock: disk I/O
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.written_down;
+    auto it = blocks_.find(w.key);
+    if (it != blocks_.end() && it->second.id == w.id) it->second.below = true;
   }
 }
 
@@ -100,16 +167,18 @@ bool HostStore::prefetch(const BlockKey& key, uint32_t kind) {
   }
   if (!next_) return false;
   std::optional<std::vector<uint8_t>> bytes = next_->get(key, kind);  // outside the lock: I/O
-  if (!bytes) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (blocks_.count(key)) return true;
-  if (bytes->size() > capacity_) return false;
-  evict_to(capacity_ - bytes->size());
-  lru_.push_front(key);
-  stats_.bytes += bytes->size();
-  ++stats_.blocks;
-  ++stats_.prefetched;
-  blocks_.emplace(key, Entry{kind, std::move(*bytes), true, lru_.begin()});
+  if (!bytes || bytes->size() > capacity_) return false;
+  const uint64_t n = bytes->size();
+  auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(*bytes));
+  WriteDowns leaving;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (blocks_.count(key)) return true;
+    evict_to(capacity_ - n, leaving);
+    insert(key, kind, std::move(shared), true);
+    ++stats_.prefetched;
+  }
+  write_down(leaving);
   return true;
 }
 

@@ -104,8 +104,16 @@ bool PrefixCache::unpack_slot(std::span<const uint8_t> bytes, int32_t slot) {
   return true;
 }
 
+bool PrefixCache::held_below(bool claimed, const BlockKey& key) const {
+  // A claim can outlive its copy (the host tier failed to write it down to the SSD, the SSD
+  // evicted it or found it damaged): ask the tiers before trusting it.
+  return claimed && lower_->contains(key);
+}
+
 void PrefixCache::spill(const BlockKey& key, Node& node) {
   if (!lower_) return;
+  node.kv_on_ssd = held_below(node.kv_on_ssd, key);
+  node.checkpoint_on_ssd = held_below(node.checkpoint_on_ssd, checkpoint_key(key));
   if (node.page >= 0 && !node.kv_on_ssd) {
     std::vector<uint8_t> bytes = pack_page(node.page);
     if (lower_->put(key, kKindKv, bytes)) {
@@ -344,7 +352,8 @@ int32_t PrefixCache::take_checkpoint_slot() {
     }
   }
   if (!victim) return -1;
-  if (lower_ && !victim->checkpoint_on_ssd) {  // write-back before the slot is reused
+  // Write-back before the slot is reused.
+  if (lower_ && !held_below(victim->checkpoint_on_ssd, checkpoint_key(*victim_key))) {
     std::vector<uint8_t> bytes = pack_slot(victim->checkpoint);
     if (lower_->put(checkpoint_key(*victim_key), kKindCheckpoint, bytes)) {
       stats_.spilled_bytes += bytes.size();

@@ -113,6 +113,8 @@ class PrefixCache {
     bool transient = false;
     int32_t children = 0;
     uint64_t last_use = 0;
+    // A lower tier was given (or restored) this block's KV / checkpoint. Only a hint: the
+    // copy may be gone since, so spill() checks it with the tier before skipping a write.
     bool kv_on_ssd = false, checkpoint_on_ssd = false;
   };
   // SSD payloads of one block: the K and V rows of every attention layer for its page, and
@@ -122,6 +124,8 @@ class PrefixCache {
   std::vector<uint8_t> pack_slot(int32_t slot) const;
   bool unpack_slot(std::span<const uint8_t> bytes, int32_t slot);
   void spill(const BlockKey& key, Node& node);
+  // Whether a lower tier still holds the copy a node's flag claims (`claimed`) under `key`.
+  bool held_below(bool claimed, const BlockKey& key) const;
   static BlockKey checkpoint_key(const BlockKey& k) { return {k.hi ^ 0x6368656b706f696eull, k.lo}; }
   size_t page_bytes() const;
   size_t slot_bytes() const;

@@ -148,7 +148,8 @@ SsdStore::SsdStore(const SsdStoreOptions& options) : options_(options) {
                 options.dir + ": cannot create the cache directory: " + ec.message());
   }
   io_ = std::make_unique<Io>(options.direct_io);
-  stats_.io_uring = io_->uring;
+  write_io_ = std::make_unique<Io>(options.direct_io);
+  stats_.io_uring = io_->uring && write_io_->uring;
   stats_.direct_io = options.direct_io;
   load_index();
 }
@@ -199,7 +200,6 @@ void SsdStore::load_index() {
 
 bool SsdStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) {
   const size_t padded = (kHeader + payload.size() + kAlign - 1) / kAlign * kAlign;
-  std::lock_guard<std::mutex> lock(mutex_);
   if (padded > options_.capacity_bytes) return false;
   AlignedBuffer buf(padded);
   Header h{kVersion,
@@ -219,6 +219,7 @@ bool SsdStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> 
   const std::string final_path = path_of(key);
   auto fail = [&](const std::string& what, int err) {
     ::unlink(tmp.c_str());
+    std::lock_guard<std::mutex> lock(mutex_);
     // A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... failure, not each.
     const uint64_t n = ++stats_.write_failures;
     if ((n & (n - 1)) == 0) {
@@ -228,17 +229,28 @@ bool SsdStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> 
     }
     return false;
   };
-  int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-  int fd = options_.direct_io ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
-  if (fd < 0) fd = ::open(tmp.c_str(), flags, 0644);  // filesystems without O_DIRECT (tmpfs)
-  if (fd < 0) return fail("create", errno);
-  int rc = io_->transfer(true, fd, buf.data, padded);
-  if (rc == 0 && ::fdatasync(fd) != 0) rc = -errno;
-  ::close(fd);
+  int rc = 0;
+  {
+    // The data and its sync, the slow part, outside the index lock.
+    std::lock_guard<std::mutex> write_lock(write_mutex_);
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    int fd = options_.direct_io ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
+    if (fd < 0) fd = ::open(tmp.c_str(), flags, 0644);  // filesystems without O_DIRECT (tmpfs)
+    if (fd < 0) return fail("create", errno);
+    if (options_.on_write) options_.on_write();
+    rc = write_io_->transfer(true, fd, buf.data, padded);
+    if (rc == 0 && ::fdatasync(fd) != 0) rc = -errno;
+    ::close(fd);
+  }
   if (rc != 0) return fail("write", -rc);
   std::error_code ec;
   fs::create_directories(fs::path(final_path).parent_path(), ec);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return fail("rename", errno);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const int err = errno;
+    lock.unlock();
+    return fail("rename", err);
+  }
   auto it = index_.find(key);
   if (it != index_.end()) stats_.bytes -= it->second.bytes;
   index_[key] = {padded, ++clock_};

@@ -4,10 +4,13 @@
 // leaves the old block or none, never a torn one. Reads check everything; a block that fails a
 // check is deleted and reported as a miss. The index is rebuilt from the directory at start-up,
 // so the cache survives restarts. Disk full or I/O errors degrade to misses and a log line.
+// A write's data and fdatasync happen outside the index lock (one write at a time), so
+// lookups, reads and stats() do not wait for them; the rename into place takes the lock.
 // I/O uses io_uring with O_DIRECT where the kernel and filesystem allow, plain I/O otherwise.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +29,9 @@ struct SsdStoreOptions {
   uint64_t capacity_bytes = uint64_t(8) << 30;
   uint64_t model_fingerprint = 0;  // blocks of another model are never used
   bool direct_io = true;           // try O_DIRECT + io_uring
+  // Tests only: called by put() while its temporary file is open, before the data is written
+  // (the index lock is not held then), so a test can act while a write is in progress.
+  std::function<void()> on_write;
 };
 
 struct SsdStoreStats {
@@ -72,8 +78,10 @@ class SsdStore final : public BlockStore {
   void forget(const BlockKey& key);
 
   SsdStoreOptions options_;
-  std::string root_;  // dir/<fingerprint>
-  std::unique_ptr<Io> io_;
+  std::string root_;              // dir/<fingerprint>
+  std::unique_ptr<Io> io_;        // reads (mutex_ held)
+  std::unique_ptr<Io> write_io_;  // writes (write_mutex_ held, not mutex_)
+  std::mutex write_mutex_;
   mutable std::mutex mutex_;
   std::unordered_map<BlockKey, Entry, BlockKeyHash> index_;
   uint64_t clock_ = 0;

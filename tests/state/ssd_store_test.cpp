@@ -10,10 +10,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "support/temp_dir.h"
 
@@ -138,6 +142,55 @@ TEST(SsdStore, EvictsLeastRecentlyUsedToStayUnderItsSize) {
   EXPECT_LE(s.stats().bytes, 3u * 4096);
   EXPECT_EQ(s.stats().evictions, 1u);
   EXPECT_FALSE(s.put(key(9), 1, payload(5 * 4096, 1))) << "a block larger than the cache";
+}
+
+TEST(SsdStore, ReadsAndStatsDoNotWaitForAWrite) {
+  test::TempDir d;
+  SsdStoreOptions o = opts(d.path());
+  std::mutex m;
+  std::condition_variable cv;
+  bool hold = false, writing = false, released = false, checked = false, checked_early = false;
+  o.on_write = [&] {  // the second put stops with its file open until released
+    std::unique_lock<std::mutex> lock(m);
+    if (!hold) return;
+    writing = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  SsdStore s(o);
+  ASSERT_TRUE(s.put(key(1), 1, payload(5000, 1)));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    hold = true;
+  }
+  std::thread writer([&] { EXPECT_TRUE(s.put(key(2), 1, payload(5000, 2))); });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return writing; });
+  }
+  std::thread reader([&] {
+    EXPECT_EQ(s.stats().blocks, 1u);
+    EXPECT_TRUE(s.contains(key(1)));
+    EXPECT_FALSE(s.contains(key(2)));  // not in place before its write is done
+    EXPECT_EQ(s.get(key(1), 1), payload(5000, 1));
+    std::lock_guard<std::mutex> lock(m);
+    checked = true;
+    checked_early = !released;
+    cv.notify_all();
+  });
+  {
+    // The order is what is asserted; the wait is cut (and the write released) only so that a
+    // store that read under the writer's lock fails instead of hanging.
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return checked; });
+    released = true;
+    cv.notify_all();
+  }
+  reader.join();
+  writer.join();
+  EXPECT_TRUE(checked_early) << "a read waited for a write in progress";
+  EXPECT_EQ(s.get(key(2), 1), payload(5000, 2));
+  EXPECT_EQ(s.stats().blocks, 2u);
 }
 
 TEST(SsdStore, WriteFailuresDegradeToMisses) {

@@ -79,10 +79,14 @@ JsonRecogniser::JsonRecogniser(bool object_only, int max_depth)
     : JsonRecogniser(JsonSchema::any(object_only), max_depth) {}
 
 JsonRecogniser::JsonRecogniser(std::shared_ptr<const JsonSchema> schema, int max_depth)
+    : JsonRecogniser(schema ? schema : JsonSchema::any(false), JsonSchema::kNoNode, max_depth) {}
+
+JsonRecogniser::JsonRecogniser(std::shared_ptr<const JsonSchema> schema, uint32_t start,
+                               int max_depth)
     : schema_(schema ? std::move(schema) : JsonSchema::any(false)),
       max_depth_(std::clamp(max_depth, 1, 64)) {
   Branch root;
-  root.node = schema_->root();
+  root.node = start == JsonSchema::kNoNode ? schema_->root() : start;
   append(branches_, state_.branches_len, root);
   state_.nbranches = 1;
 }
@@ -101,6 +105,19 @@ bool JsonRecogniser::feed(const std::string& bytes) {
   }
   state_ = s;
   return true;
+}
+
+bool JsonRecogniser::end(State& s) {
+  if (s.s == S::number && s.depth == 0 && (s.num == 1 || s.num == 2 || s.num == 4 || s.num == 7)) {
+    return end_value(s);
+  }
+  return s.done;
+}
+
+std::string JsonRecogniser::closing(const State& s) const {
+  JsonRecogniser copy = *this;
+  copy.state_ = s;
+  return copy.closing();
 }
 
 std::string_view JsonRecogniser::key_text(const State& st) const {

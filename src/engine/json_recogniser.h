@@ -27,6 +27,8 @@ class JsonRecogniser {
   explicit JsonRecogniser(bool object_only = true, int max_depth = 64);
   // A document valid for `schema` (null: any JSON value). max_depth is at most 64.
   explicit JsonRecogniser(std::shared_ptr<const JsonSchema> schema, int max_depth = 64);
+  // A document valid for one node of `schema` (an XML tool call's parameter value).
+  JsonRecogniser(std::shared_ptr<const JsonSchema> schema, uint32_t start, int max_depth = 64);
 
   // false (and the state unchanged) when a byte cannot continue a valid document.
   bool feed(char c);
@@ -81,6 +83,11 @@ class JsonRecogniser {
   };
   const State& state() const { return state_; }
   bool advance(State& s, char c) { return step(s, c); }
+  // Ends a number at the top level (which never ends by itself: it could go on) when it may
+  // end here; true when s is then complete.
+  bool end(State& s);
+  // closing() as if s were the committed state.
+  std::string closing(const State& s) const;
   // True when advance(s, c) would accept c and leave s as it is (most bytes inside a string
   // value): the probe can then share its parent's state.
   static bool inert(const State& s, char c) {

@@ -425,7 +425,7 @@ ApiResponse handle_messages(const ServedModel& model, const RequestContext& cont
   pipeline.make_tool_id = [] { return random_id("toolu_"); };
   GenerationPlan plan =
       plan_generation(model, request.gen, std::move(prompt.tokens), std::move(pipeline),
-                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema, prompt.xml_call);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
   MessagesInfo info;
   info.id = random_id("msg_");

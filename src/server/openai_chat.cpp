@@ -278,7 +278,7 @@ ApiResponse handle_chat_completions(const ServedModel& model, const RequestConte
   PromptPlan prompt = model.chat().build(request);
   GenerationPlan plan =
       plan_generation(model, request.gen, std::move(prompt.tokens), pipeline_for(prompt),
-                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema, prompt.xml_call);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
 
   ChatResponseInfo info;

@@ -318,7 +318,7 @@ ApiResponse handle_responses(const ServedModel& model, const RequestContext& con
   PromptPlan prompt = model.chat().build(chat);
   GenerationPlan plan =
       plan_generation(model, chat.gen, std::move(prompt.tokens), pipeline_for(prompt),
-                      prompt.checkpoint_at, prompt.constraint, prompt.schema);
+                      prompt.checkpoint_at, prompt.constraint, prompt.schema, prompt.xml_call);
   auto gen = std::make_unique<Generation>(*model.service, *model.tokenizer, std::move(plan));
 
   ResponsesInfo info;

@@ -57,6 +57,30 @@ std::shared_ptr<const JsonSchema> forced_call_schema(const std::vector<ToolSpec>
   }
 }
 
+// A name that the XML parser reads back as written.
+bool xml_name(const std::string& name) {
+  return !name.empty() && name.find_first_of("<>\n") == std::string::npos && name.front() != ' ' &&
+         name.back() != ' ';
+}
+
+// What a forced XML tool call may use: the named tool, or for `required` each tool whose name
+// the XML form can carry. Null when no tool can be written.
+std::shared_ptr<const XmlCallSpec> forced_xml_call(const std::vector<ToolSpec>& tools,
+                                                   const std::string& named) {
+  auto spec = std::make_shared<XmlCallSpec>();
+  spec->named = !named.empty();
+  for (const ToolSpec& t : tools) {
+    if ((spec->named && t.name != named) || !xml_name(t.name)) continue;
+    try {
+      spec->tools.push_back(xml_tool_spec(t.name, parameters_json(t)));
+    } catch (const JsonSchemaError& e) {
+      throw bad_parameters(t.name, e.what());
+    }
+  }
+  if (spec->tools.empty() || spec->tools.size() > 65535) return nullptr;
+  return spec;
+}
+
 Json message_json(const ChatMessage& m) {
   Json j = Json::object();
   j["role"] = m.role;
@@ -262,6 +286,12 @@ PromptPlan PromptBuilder::build(const ChatRequest& input) const {
           plan.tools, request.tool_choice == ToolChoice::named ? request.tool_choice_name : "");
       plan.forced_suffix =
           request.tool_choice == ToolChoice::named ? "}\n</tool_call>" : "\n</tool_call>";
+    } else {
+      // The XML form: the engine keeps the function, its parameters and their values valid for
+      // the tools, and ends the call at "</function>".
+      plan.xml_call = forced_xml_call(
+          plan.tools, request.tool_choice == ToolChoice::named ? request.tool_choice_name : "");
+      if (plan.xml_call) plan.forced_suffix = "\n</tool_call>";
     }
   } else if (json_output) {
     if (thinking == PromptThinking::open) plan.text += "\n</think>\n\n";

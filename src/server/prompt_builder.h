@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/xml_call_recogniser.h"
 #include "server/chat_request.h"
 #include "server/output_pipeline.h"
 #include "tokenizer/chat_template.h"
@@ -42,6 +43,9 @@ struct PromptPlan {
   // an object when constraint is object): the named tool's parameters, {"name": one of the
   // tools, "arguments": its parameters} for a required call, or the response format's schema.
   std::shared_ptr<const JsonSchema> schema;
+  // A forced call in the XML form (Qwen3-Coder): the tools it may use, for an XmlCallConstraint
+  // in place of the JSON one (constraint is then none).
+  std::shared_ptr<const XmlCallSpec> xml_call;
   // Token position where the last user message starts (GenerationRequest::checkpoint_at): the
   // prompt before it is what the conversation's next turns share. -1: none.
   int64_t checkpoint_at = -1;

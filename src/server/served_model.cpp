@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/json_constraint.h"
+#include "engine/xml_call_recogniser.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -124,7 +125,8 @@ const PromptBuilder& ServedModel::chat() const {
 GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions& options,
                                std::vector<int32_t> prompt, PipelineOptions pipeline,
                                int64_t checkpoint_at, JsonOutput constraint,
-                               std::shared_ptr<const JsonSchema> schema) {
+                               std::shared_ptr<const JsonSchema> schema,
+                               std::shared_ptr<const XmlCallSpec> xml_call) {
   const int64_t context = model.max_context();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) throw ApiError(400, "the prompt is empty");
@@ -194,7 +196,10 @@ GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions
   for (int i = 0; i < options.n; ++i) {
     ChoicePlan c = first;
     c.request.sampling.seed += static_cast<uint64_t>(i);
-    if (constraint != JsonOutput::none) {
+    if (xml_call) {
+      c.request.processor =
+          std::make_shared<XmlCallConstraint>(model.token_trie, model.end_token_ids, xml_call);
+    } else if (constraint != JsonOutput::none) {
       c.request.processor = std::make_shared<JsonConstraint>(
           model.token_trie, model.end_token_ids,
           schema ? schema : JsonSchema::any(constraint == JsonOutput::object));

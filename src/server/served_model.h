@@ -59,10 +59,12 @@ struct ServedModel {
 // max_output_tokens when set), sampling defaults, a random seed
 // unless one was given (choice i uses seed + i), stop strings and token ids. Choice i > 0 gets
 // the conversation key "KEY#i". `checkpoint_at`, `constraint` and `schema` come from the
-// PromptPlan (each choice gets its own JSON constraint; they share the compiled schema).
+// PromptPlan (each choice gets its own JSON constraint; they share the compiled schema), and so
+// does `xml_call` (a forced call in the XML form: each choice gets an XmlCallConstraint).
 GenerationPlan plan_generation(const ServedModel& model, const GenerationOptions& options,
                                std::vector<int32_t> prompt, PipelineOptions pipeline,
                                int64_t checkpoint_at = -1, JsonOutput constraint = JsonOutput::none,
-                               std::shared_ptr<const JsonSchema> schema = nullptr);
+                               std::shared_ptr<const JsonSchema> schema = nullptr,
+                               std::shared_ptr<const XmlCallSpec> xml_call = nullptr);
 
 }  // namespace hibana::server

@@ -266,7 +266,20 @@ TEST(PromptBuilder, XmlToolFormatFromTheTemplate) {
   r.tools_json = kWeatherTools;
   r.tool_choice = ToolChoice::named;
   r.tool_choice_name = "get_weather";
-  EXPECT_EQ(b.build(r).forced_output, "<tool_call>\n<function=get_weather>\n");
+  PromptPlan p = b.build(r);
+  EXPECT_EQ(p.forced_output, "<tool_call>\n<function=get_weather>\n");
+  // The engine constrains the rest of the call (XmlCallConstraint), not a JSON document.
+  EXPECT_EQ(p.constraint, JsonOutput::none);
+  ASSERT_TRUE(p.xml_call);
+  EXPECT_TRUE(p.xml_call->named);
+  ASSERT_EQ(p.xml_call->tools.size(), 1u);
+  EXPECT_EQ(p.xml_call->tools[0].name, "get_weather");
+  ASSERT_EQ(p.xml_call->tools[0].params.size(), 1u);
+  EXPECT_EQ(p.xml_call->tools[0].params[0].name, "city");
+  EXPECT_TRUE(p.xml_call->tools[0].params[0].text);
+  EXPECT_EQ(p.forced_suffix, "\n</tool_call>");
+  r.tool_choice = ToolChoice::automatic;
+  EXPECT_FALSE(b.build(r).xml_call);
 }
 
 TEST(PromptBuilder, BillingNonceDoesNotChangeThePrompt) {

@@ -213,6 +213,13 @@ bool nests_deeper_than(const json& j, int levels) {
   return false;
 }
 
+bool parameter_keeps_text(const json* schema) {
+  if (!schema) return true;
+  std::set<std::string> types;
+  collect_types(*schema, types);
+  return types.empty() || types.count("string") != 0;
+}
+
 json convert_parameter(const std::string& raw, const json* schema) {
   if (!schema) return json(raw);
   std::set<std::string> types;

@@ -15,6 +15,10 @@ namespace hibana::parsers {
 nlohmann::ordered_json convert_parameter(const std::string& raw,
                                          const nlohmann::ordered_json* schema);
 
+// Whether convert_parameter keeps any text as a string for this schema (null, no type, or a
+// type that includes "string"); otherwise the text is parsed as a typed value.
+bool parameter_keeps_text(const nlohmann::ordered_json* schema);
+
 // convert_parameter's value as JSON text (json.dumps style). A value parsed as JSON keeps its
 // numbers' text: an integer past 64 bits or a long fraction is not rounded through a double.
 std::string convert_parameter_text(const std::string& raw, const nlohmann::ordered_json* schema);

@@ -1,19 +1,26 @@
 // hibana serve [MODEL]: the OpenAI and Anthropic HTTP APIs over the engine. The server listens
 // at once (GET /health answers 503 while the model loads) and stops on SIGINT or SIGTERM.
+// With --tp N it runs as N MPI ranks, rank 0 serving (serve_ranks).
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/generator.h"
+#include "parallel/communicator.h"
+#include "parallel/launch.h"
 #include "server/auth.h"
 #include "server/byte_size.h"
 #include "server/http_server.h"
@@ -62,12 +69,15 @@ std::string default_served_name(const std::string& model_arg, const std::string&
   return p.filename().string();
 }
 
-int serve(const ServeArgs& a) {
-  check(a.tp == 1, ErrorKind::unsupported,
-        "serve --tp is not supported yet: the prefix cache and its host/SSD tiers move state "
-        "outside the forward pass, which the other ranks do not mirror yet. `hibana run --tp N` "
-        "works (docs/tensor-parallel.md)");
+struct ServeSetup {
   server::ServerOptions so;
+  EngineOptions eo;
+};
+
+// Every option checked before a model loads (or ranks start).
+ServeSetup setup(const ServeArgs& a) {
+  ServeSetup s;
+  server::ServerOptions& so = s.so;
   so.host = a.host;
   so.port = a.port;
   so.api_keys = a.api_keys;
@@ -87,7 +97,7 @@ int serve(const ServeArgs& a) {
                     " exposes the server beyond this machine: give --api-key "
                     "KEY (or HIBANA_API_KEY), or --insecure-no-auth to serve without a key");
   }
-  EngineOptions eo;
+  EngineOptions& eo = s.eo;
   eo.kv_cache_bytes = server::parse_byte_size(a.kv_cache_size, "--kv-cache-size");
   eo.max_sequences = a.max_seqs;
   eo.step_token_budget = a.step_tokens;
@@ -104,7 +114,16 @@ int serve(const ServeArgs& a) {
         "--kv-cache-size, --max-seqs, --step-tokens and --max-queue must be positive");
   check(a.max_output_tokens >= 0, ErrorKind::invalid_argument,
         "--max-output-tokens must be 0 (no limit) or positive");
+  return s;
+}
 
+// Listens, loads the model with `load` (on another thread: /health answers 503 meanwhile) and
+// serves it until SIGINT or SIGTERM. Returns once the server, the engine and every reference
+// to the model it took are gone.
+int serve_http(const ServeArgs& a, const ServeSetup& setup,
+               const std::function<std::shared_ptr<const Model>()>& load) {
+  const server::ServerOptions& so = setup.so;
+  const EngineOptions& eo = setup.eo;
   // SIGINT/SIGTERM (stop) and SIGUSR1 (the model failed to load) are taken by sigwait below;
   // blocking them first makes every thread started from here on inherit the mask.
   sigset_t signals;
@@ -122,7 +141,7 @@ int serve(const ServeArgs& a) {
   std::shared_ptr<const server::ServedModel> served;
   std::thread loader([&] {
     try {
-      std::shared_ptr<const Model> model = a.model.load();
+      std::shared_ptr<const Model> model = load();
       const std::string dir = model->source();
       auto engine = std::make_shared<Engine>(model, eo);
       std::vector<std::string> names = a.served_names;
@@ -155,6 +174,69 @@ int serve(const ServeArgs& a) {
   return 0;
 }
 
+// --tp N: the command starts again as N MPI ranks (parallel/launch.h), as `run --tp` does. Rank 0
+// serves HTTP and runs the engine; the others load their shard and follow its passes and state
+// copies. SIGINT/SIGTERM reach rank 0's sigwait (the other ranks block them and end when rank 0
+// releases them, or when mpirun ends the job because a rank died).
+int serve_ranks(const ServeArgs& a, const ServeSetup& s) {
+  const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
+  if (!launched_as_ranks()) {  // errors every rank would hit, said once
+    const std::string why = tp_unavailable_reason(device, a.tp);
+    if (!why.empty()) throw Error(ErrorKind::unsupported, why);
+    if (s.eo.prefix_cache && (!s.eo.cache_dir.empty() || s.eo.host_cache_bytes > 0)) {
+      throw Error(ErrorKind::invalid_argument,
+                  "serve --tp keeps the prefix cache in the device pool only: the host-RAM and "
+                  "SSD tiers are not mirrored on the other ranks yet; drop --cache-dir and "
+                  "--host-cache-size (or give --no-prefix-cache)");
+    }
+    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8");
+    relaunch_as_ranks(a.tp);
+  }
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before MPI starts threads of its own
+  std::shared_ptr<Communicator> comm = make_rank_communicator(device, &cuda_stream_handle);
+  check(comm->size() == a.tp, ErrorKind::invalid_argument,
+        "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
+            " ranks");
+  if (comm->rank() != 0) {
+    if (log_level() == LogLevel::info) set_log_level(LogLevel::warn);
+    try {
+      std::unique_ptr<Model> model = a.model.load(comm);
+      follow_rank0(*model);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error (rank %d): %s\n", comm->rank(), e.what());
+      comm->abort(1);
+    }
+  }
+  log_info("hibana serve: rank 0 of ", a.tp, " ranks, pid ", getpid(),
+           " (SIGINT or SIGTERM to this process stops every rank)");
+  std::shared_ptr<const Model> model;
+  int rc = 1;
+  try {
+    rc = serve_http(a, s, [&] {
+      model = a.model.load(comm);
+      return model;
+    });
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error (rank 0): %s\n", e.what());
+    rc = e.kind() == ErrorKind::invalid_argument ? 2 : 1;
+  }
+  // The engine is gone: no pass can follow the stop message. Without a model (it failed to
+  // load) the other ranks may be anywhere in theirs.
+  if (!model || !model->release_followers()) comm->abort(rc == 0 ? 1 : rc);
+  return rc;
+}
+
+int serve(const ServeArgs& a) {
+  const ServeSetup s = setup(a);
+  if (a.tp > 1) return serve_ranks(a, s);
+  return serve_http(a, s, [&] { return std::shared_ptr<const Model>(a.model.load()); });
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app, Action& action) {
@@ -179,7 +261,11 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "device pool for the KV pages of running and cached sequences (default 1GiB; "
                   "e.g. 512MiB, 8GiB)");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
-  cmd->add_option("--tp", args->tp, "tensor-parallel ranks (not yet for serve; run has it)");
+  cmd->add_option("--tp", args->tp,
+                  "tensor-parallel ranks: N processes, each with 1/N of the model (CPU over MPI; "
+                  "the prefix cache stays in the device pool: no --cache-dir, no "
+                  "--host-cache-size)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--step-tokens", args->step_tokens,
                   "tokens per forward pass, decode plus prefill (default 512)");
   cmd->add_option("--max-queue", args->max_queue,

@@ -65,6 +65,13 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   const bool hybrid = spec.deltanet_layers > 0;
   const int64_t checkpoint_slots =
       options_.prefix_cache && hybrid ? std::max<int64_t>(0, options_.checkpoint_slots) : 0;
+  // The host and SSD tiers copy blocks between the pool and host memory byte for byte, which a
+  // tensor-parallel model's other ranks do not mirror (the device pool's state they do).
+  check(model_->ranks() == 1 || !options_.prefix_cache ||
+            (options_.cache_dir.empty() && options_.host_cache_bytes == 0),
+        ErrorKind::unsupported,
+        "the prefix cache's host-RAM and SSD tiers (--host-cache-size, --cache-dir) do not work "
+        "with tensor parallelism yet: the device tier does");
   pools_ = std::make_unique<Pools>(spec, options_.page_size, pages,
                                    options_.max_sequences + checkpoint_slots);
   TierCosts costs;
@@ -87,8 +94,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   if (options_.prefix_cache) {
     BlockStore* lower = pools_->host ? static_cast<BlockStore*>(pools_->host.get())
                                      : static_cast<BlockStore*>(pools_->ssd.get());
-    pools_->cache = std::make_unique<PrefixCache>(
-        pools_->pool, model_->backend(), model_->fingerprint(), checkpoint_slots, lower, costs);
+    pools_->cache = std::make_unique<PrefixCache>(pools_->pool, *model_, model_->fingerprint(),
+                                                  checkpoint_slots, lower, costs);
   }
   check(options_.checkpoint_interval > 0 && options_.checkpoint_interval % options_.page_size == 0,
         ErrorKind::invalid_argument, "the checkpoint interval must be a multiple of the page size");
@@ -296,11 +303,7 @@ void Engine::admit_waiting() {
         s.computed = match.tokens;
         if (!s.started) s.cached = match.tokens;
         if (match.checkpoint_slot >= 0) {
-          const StateViews& v = pool.views();
-          for (size_t l = 0; l < v.conv.size(); ++l) {
-            model_->backend().copy_slot(v.conv[l], match.checkpoint_slot, s.slot);
-            model_->backend().copy_slot(v.ssm[l], match.checkpoint_slot, s.slot);
-          }
+          model_->copy_recurrent_slot(pool.views(), match.checkpoint_slot, s.slot);
         }
       }
       s.prefetch = false;

@@ -285,7 +285,38 @@ void begin_leading_pass(const TensorParallel& tp) {
         "only rank 0 runs passes of a tensor-parallel model, until it releases the others");
   tp.broken = true;
 }
+
+// Rank 0, when a pass fails after the other ranks heard of it: they wait in a collective that
+// will not come, so no rank can go on.
+[[noreturn]] void end_ranks_after(const TensorParallel& tp, const std::exception& e) {
+  log_error("rank 0: a tensor-parallel pass failed part-way (", e.what(), "); ending every rank");
+  tp.comm->abort(1);
+}
+
+void copy_slot_locally(Backend& be, const StateViews& state, int32_t from, int32_t to) {
+  for (size_t l = 0; l < state.conv.size(); ++l) {
+    be.copy_slot(state.conv[l], from, to);
+    be.copy_slot(state.ssm[l], from, to);
+  }
+}
 }  // namespace
+
+void BackendStateOps::copy_recurrent_slot(const StateViews& state, int32_t from,
+                                          int32_t to) const {
+  copy_slot_locally(backend_, state, from, to);
+}
+
+void Model::copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const {
+  if (!tp_) return copy_slot_locally(*backend_, state, from, to);
+  begin_leading_pass(*tp_);
+  send_copy_slot(*tp_->comm, state, from, to);
+  try {
+    copy_slot_locally(*backend_, state, from, to);
+  } catch (const std::exception& e) {
+    end_ranks_after(*tp_, e);
+  }
+  tp_->broken = false;
+}
 
 void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state,
                     const ForwardOptions& options, ForwardOutput& out) const {
@@ -295,7 +326,11 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
     for (const SequenceInput& s : seqs) check_tokens(s.tokens, config_.vocab_size);
     begin_leading_pass(*tp_);
     send_step(*tp_->comm, seqs, options, state);
-    forward_pass(seqs, state, options, out);
+    try {
+      forward_pass(seqs, state, options, out);
+    } catch (const std::exception& e) {
+      end_ranks_after(*tp_, e);
+    }
     tp_->broken = false;
     return;
   }
@@ -368,6 +403,10 @@ void Model::follow(const std::function<const StateViews&(const StateGeometry&)>&
   ForwardOutput out;
   while (receive_step(*tp_->comm, step)) {
     const StateViews& views = state(step.geometry);
+    if (step.copy) {
+      copy_slot_locally(*backend_, views, step.copy_from, step.copy_to);
+      continue;
+    }
     for (const SequenceInput& s : step.seqs) {
       if (s.start_pos == 0 && s.slot >= 0) clear_recurrent_slot(views, s.slot);
     }
@@ -400,7 +439,11 @@ void Model::forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
   if (!tp_) return mtp_pass(seqs, state, out);
   begin_leading_pass(*tp_);
   send_mtp_step(*tp_->comm, seqs, state);
-  mtp_pass(seqs, state, out);
+  try {
+    mtp_pass(seqs, state, out);
+  } catch (const std::exception& e) {
+    end_ranks_after(*tp_, e);
+  }
   tp_->broken = false;
 }
 

@@ -75,12 +75,22 @@ struct StateGeometry {
 class DecodeGraphs;
 struct TensorParallel;
 
-class Model {
+// The state operations of one process: the backend's copies.
+class BackendStateOps final : public StateOps {
+ public:
+  explicit BackendStateOps(Backend& backend) : backend_(backend) {}
+  void copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const override;
+
+ private:
+  Backend& backend_;
+};
+
+class Model final : public StateOps {
  public:
   // With a shard, `weights` must be that rank's part (Model::load and Model::dummy cut them).
   Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> backend,
         std::optional<Shard> shard = std::nullopt);
-  ~Model();
+  ~Model() override;
 
   // Loads a Hugging Face directory (or hub ORG/NAME). Throws Error naming the problem. With
   // options.comm of more than one rank, only this rank's shard is kept.
@@ -107,6 +117,8 @@ class Model {
                const ForwardOptions& options, ForwardOutput& out) const;
   void forward_mtp(std::span<const MtpInput> seqs, const StateViews& state,
                    ForwardOutput& out) const;
+  // On a tensor-parallel model rank 0 announces the copy and every rank makes it on its shard.
+  void copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const override;
 
   // Parameter count (all weights, experts included) and bytes read per decoded token at
   // batch 1 (embedding row + every dense matrix + the active experts + lm_head); this rank's
@@ -127,9 +139,10 @@ class Model {
   // Ranks other than 0: runs every pass rank 0 runs, until rank 0 calls release_followers() or
   // its model is destroyed. `state` gives the views of a pool of rank 0's geometry (it is asked
   // again when that changes); a sequence that starts at position 0 gets its recurrent slot
-  // cleared first, as rank 0's pool clears it when handing it out. Rank 0 must drive the model
-  // from one pool at a time, and state copies made outside forward() (prefix cache, rollback)
-  // are not mirrored yet.
+  // cleared first, as rank 0's pool clears it when handing it out; the copies rank 0 makes
+  // through copy_recurrent_slot() are made here too, in the same order. Rank 0 must drive the
+  // model from one pool at a time, and must not move state in other ways (the host and SSD tiers
+  // of the prefix cache copy blocks out of and into the pool: not mirrored).
   void follow(const std::function<const StateViews&(const StateGeometry&)>& state) const;
   // Rank 0: tells the other ranks that no more passes come (also done by the destructor).
   // False when it cannot: a pass failed part-way and left the ranks out of step (end them with

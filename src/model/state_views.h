@@ -41,4 +41,16 @@ struct StateViews {
   std::vector<Tensor> ssm;   // per DeltaNet layer: [slots, value_heads, key_dim, value_dim]
 };
 
+// The changes to state made outside a forward pass: a recurrent slot copied to another (a
+// prefix-cache checkpoint taken, a sequence resumed from one, a rollback to a snapshot slot).
+// Code above the model makes them through this interface, never through Backend directly, so
+// that a tensor-parallel model (Model implements it) makes them on every rank's shard, in order
+// with its passes. KV pages need no operation here: the prefix cache shares them by id.
+class StateOps {
+ public:
+  virtual ~StateOps() = default;
+  // Slot `to` <- slot `from`, in the conv window and delta state of every DeltaNet layer.
+  virtual void copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const = 0;
+};
+
 }  // namespace hibana

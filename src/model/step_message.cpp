@@ -3,6 +3,7 @@
 //  per sequence: tokens, start_pos, pages, slot, logits mode, snapshots,
 //  then every sequence's token ids, page ids and snapshot slots in that order],
 // then, for a pass of the MTP head, one broadcast of its hidden rows (f32, bit for bit).
+// A slot copy is the same header with no sequences, followed by [from, to].
 #include "model/step_message.h"
 
 #include "core/error.h"
@@ -14,10 +15,11 @@ namespace {
 constexpr int64_t kStop = -1;   // the length that means stop
 constexpr int64_t kHeader = 8;  // values before the first sequence's
 constexpr int64_t kFields = 6;  // values per sequence
-enum Kind : int64_t { kForward = 0, kMtp = 1 };
+enum Kind : int64_t { kForward = 0, kMtp = 1, kCopySlot = 2 };
 
 void send(Communicator& comm, Kind kind, std::span<const SequenceInput> seqs,
-          const ForwardOptions& options, const StateViews& state, std::span<const float> hidden) {
+          const ForwardOptions& options, const StateViews& state, std::span<const float> hidden,
+          std::span<const int64_t> extra = {}) {
   std::vector<int64_t> m = {kind,
                             static_cast<int64_t>(options.gdn_mode),
                             options.want_hidden,
@@ -36,6 +38,7 @@ void send(Communicator& comm, Kind kind, std::span<const SequenceInput> seqs,
     m.insert(m.end(), s.pages.begin(), s.pages.end());
     m.insert(m.end(), s.snapshot_slots.begin(), s.snapshot_slots.end());
   }
+  m.insert(m.end(), extra.begin(), extra.end());
   int64_t length = static_cast<int64_t>(m.size());
   comm.broadcast(&length, sizeof length, 0);
   comm.broadcast(m.data(), m.size() * sizeof(int64_t), 0);
@@ -66,6 +69,11 @@ void send_mtp_step(Communicator& comm, std::span<const MtpInput> seqs, const Sta
   send(comm, kMtp, as_seqs, ForwardOptions{}, state, hidden);
 }
 
+void send_copy_slot(Communicator& comm, const StateViews& state, int32_t from, int32_t to) {
+  const int64_t slots[2] = {from, to};
+  send(comm, kCopySlot, {}, ForwardOptions{}, state, {}, slots);
+}
+
 void send_stop(Communicator& comm) {
   int64_t length = kStop;
   comm.broadcast(&length, sizeof length, 0);
@@ -80,9 +88,19 @@ bool receive_step(Communicator& comm, ReceivedStep& step) {
   m.resize(static_cast<size_t>(length));
   comm.broadcast(m.data(), m.size() * sizeof(int64_t), 0);
   step.mtp = m[0] == kMtp;
+  step.copy = m[0] == kCopySlot;
   step.options.gdn_mode = static_cast<GdnMode>(m[1]);
   step.options.want_hidden = m[2] != 0;
   step.geometry = {m[3], m[4], m[5]};
+  if (step.copy) {
+    check(length == kHeader + 2 && m[6] == 0 && m[7] == 0, ErrorKind::internal,
+          "a tensor-parallel slot copy message of the wrong length");
+    step.copy_from = static_cast<int32_t>(m[kHeader]);
+    step.copy_to = static_cast<int32_t>(m[kHeader + 1]);
+    step.seqs.clear();
+    step.mtp_seqs.clear();
+    return true;
+  }
   step.hidden.resize(static_cast<size_t>(m[6]));
   if (!step.hidden.empty()) {
     comm.broadcast(step.hidden.data(), step.hidden.size() * sizeof(float), 0);

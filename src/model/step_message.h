@@ -17,12 +17,16 @@ void send_step(Communicator& comm, std::span<const SequenceInput> seqs,
                const ForwardOptions& options, const StateViews& state);
 // Rank 0: announces a pass of the MTP head.
 void send_mtp_step(Communicator& comm, std::span<const MtpInput> seqs, const StateViews& state);
+// Rank 0: announces a copy of recurrent slot `from` to slot `to` (Model::copy_recurrent_slot).
+void send_copy_slot(Communicator& comm, const StateViews& state, int32_t from, int32_t to);
 // Rank 0: announces that no more passes come.
 void send_stop(Communicator& comm);
 
 // What the other ranks receive: the pass, whose spans point into `storage` and `hidden`.
 struct ReceivedStep {
-  bool mtp = false;                 // a pass of the MTP head (mtp_seqs), else of the model (seqs)
+  bool mtp = false;   // a pass of the MTP head (mtp_seqs), else of the model (seqs)
+  bool copy = false;  // no pass: recurrent slot copy_from is copied to copy_to
+  int32_t copy_from = -1, copy_to = -1;
   std::vector<SequenceInput> seqs;  // the MTP head's sequences too, as mtp_seqs come from them
   std::vector<MtpInput> mtp_seqs;
   ForwardOptions options;

@@ -26,7 +26,12 @@ class MpiCommunicator final : public Communicator {
     MPI_Finalized(&finalised);
     check(!finalised, ErrorKind::internal, "MPI was already finalised in this process");
     if (!initialised) {
-      MPI_Init(nullptr, nullptr);
+      // Serialized: `hibana serve` loads the model on one thread and runs passes on the engine's
+      // (never two at once), so MPI must not assume the thread that initialised it.
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      check(provided >= MPI_THREAD_SERIALIZED, ErrorKind::unsupported,
+            "this MPI library does not allow calls from more than one thread");
       owns_mpi_ = true;
     }
     // A communicator of our own, so our collectives never meet anyone else's.

@@ -7,6 +7,7 @@
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/model.h"
 
 namespace hibana {
 
@@ -16,15 +17,26 @@ namespace {
 constexpr uint64_t kCheckpointCredit = 256;
 }  // namespace
 
-PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
+PrefixCache::PrefixCache(StatePool& pool, const StateOps& ops, uint64_t fingerprint,
                          int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
     : pool_(pool),
-      backend_(backend),
+      ops_(ops),
       fingerprint_(fingerprint),
       hybrid_(pool.spec().deltanet_layers > 0),
       free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0),
       lower_(lower),
       costs_(costs) {}
+
+PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
+                         int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
+    : PrefixCache(pool, std::make_unique<BackendStateOps>(backend), fingerprint, checkpoint_slots,
+                  lower, costs) {}
+
+PrefixCache::PrefixCache(StatePool& pool, std::unique_ptr<StateOps> own, uint64_t fingerprint,
+                         int64_t checkpoint_slots, BlockStore* lower, TierCosts costs)
+    : PrefixCache(pool, *own, fingerprint, checkpoint_slots, lower, costs) {
+  own_ops_ = std::move(own);  // ops_ refers to it: the object stays where it is
+}
 
 size_t PrefixCache::page_bytes() const {
   size_t b = 0;
@@ -183,11 +195,7 @@ BlockKey PrefixCache::key_at(std::span<const int32_t> tokens, int64_t blocks) co
 }
 
 void PrefixCache::copy_state(int32_t from, int32_t to) {
-  const StateViews& v = pool_.views();
-  for (size_t l = 0; l < v.conv.size(); ++l) {
-    backend_.copy_slot(v.conv[l], from, to);
-    backend_.copy_slot(v.ssm[l], from, to);
-  }
+  ops_.copy_recurrent_slot(pool_.views(), from, to);
 }
 
 PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -54,7 +55,12 @@ struct TierCosts {
 
 class PrefixCache {
  public:
-  // `checkpoint_slots` recurrent slots of the pool are reserved for checkpoints.
+  // `checkpoint_slots` recurrent slots of the pool are reserved for checkpoints; checkpoints are
+  // copied through `ops` (the model, so that every tensor-parallel rank copies its shard). The
+  // lower tiers copy the pool's bytes directly: a tensor-parallel model cannot have them yet.
+  PrefixCache(StatePool& pool, const StateOps& ops, uint64_t fingerprint, int64_t checkpoint_slots,
+              BlockStore* lower = nullptr, TierCosts costs = {});
+  // The same with the backend's own copies (one process: tests, tools).
   PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint, int64_t checkpoint_slots,
               BlockStore* lower = nullptr, TierCosts costs = {});
   ~PrefixCache();
@@ -133,9 +139,12 @@ class PrefixCache {
   void copy_state(int32_t from, int32_t to);
   int32_t take_checkpoint_slot();
   void remove(const BlockKey& key);
+  PrefixCache(StatePool& pool, std::unique_ptr<StateOps> own, uint64_t fingerprint,
+              int64_t checkpoint_slots, BlockStore* lower, TierCosts costs);
 
   StatePool& pool_;
-  Backend& backend_;
+  const StateOps& ops_;
+  std::unique_ptr<StateOps> own_ops_;  // behind ops_ when made with a Backend
   const uint64_t fingerprint_;
   const bool hybrid_;
   int64_t free_checkpoint_slots_;

@@ -1,5 +1,6 @@
 // `hibana run --tp N` as a user runs it: the command starts N ranks itself (mpirun), and the
-// greedy tokens are the single-rank run's.
+// greedy tokens are the single-rank run's. `serve --tp` is served in
+// tests/server/serve_tensor_parallel_test.cpp; its refusals are here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -88,12 +89,16 @@ TEST_F(RunTensorParallel, CudaRanksSayWhatIsMissing) {
   EXPECT_EQ(r.out, "");
 }
 
-// serve has no tensor parallelism yet: it says so, and why, before loading anything.
-TEST(ServeTensorParallel, IsRefusedWithTheReason) {
-  auto r = test::run_hibana("serve --port 0 --tp 2");
-  EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.err, HasSubstr("serve --tp is not supported yet"));
-  EXPECT_THAT(r.err, HasSubstr("hibana run --tp N"));
+// serve --tp keeps the prefix cache in the device pool: the host-RAM and SSD tiers are refused
+// before any rank starts, naming the flags (tests/server/serve_tensor_parallel_test.cpp serves).
+TEST_F(RunTensorParallel, ServeRefusesTheHostAndSsdTiers) {
+  for (const char* tier : {"--cache-dir /tmp/hibana-tp-tier", "--host-cache-size 1GiB"}) {
+    SCOPED_TRACE(tier);
+    auto r = test::run_hibana(std::string("serve --port 0 --tp 2 ") + tier);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_THAT(r.err, HasSubstr("drop --cache-dir and --host-cache-size"));
+    EXPECT_THAT(r.err, HasSubstr("not mirrored on the other ranks"));
+  }
 }
 
 }  // namespace

@@ -57,6 +57,26 @@ EngineOptions exact() {
   return o;
 }
 
+// The reference: the same engine with the prefix cache off.
+EngineOptions cache_off() {
+  EngineOptions o = exact();
+  o.prefix_cache = false;
+  return o;
+}
+
+// A device pool of `device_pages` KV pages (64 tokens), a host tier of `host_pages` more, four
+// checkpoint slots and the SSD tier in `dir`.
+EngineOptions tiered_options(const Model& model, const std::string& dir, int64_t device_pages,
+                             int64_t host_pages) {
+  EngineOptions o = exact();
+  const int64_t kv_page = static_cast<int64_t>(model.state_spec().kv_bytes_per_token()) * 64;
+  o.kv_cache_bytes = kv_page * device_pages;
+  o.host_cache_bytes = kv_page * host_pages;
+  o.checkpoint_slots = 4;
+  o.cache_dir = dir;
+  return o;
+}
+
 class SsdTier : public testing::TestWithParam<std::string> {};
 
 TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
@@ -67,8 +87,7 @@ TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
   tiny.kv_cache_bytes = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64 * 12;
   tiny.checkpoint_slots = 4;
   tiny.cache_dir = dir.path();
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions off = cache_off();
   Engine cached(model, tiny), plain(model, off);
   const int agents = 8;
   std::vector<std::vector<int32_t>> hist(agents), hist_plain(agents);
@@ -101,14 +120,8 @@ TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
   std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
-  EngineOptions tiered = exact();
-  const int64_t kv_page = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64;
-  tiered.kv_cache_bytes = kv_page * 12;
-  tiered.host_cache_bytes = kv_page * 8;
-  tiered.checkpoint_slots = 4;
-  tiered.cache_dir = dir.path();
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions tiered = tiered_options(*model, dir.path(), 12, 8);
+  const EngineOptions off = cache_off();
   Engine cached(model, tiered), plain(model, off);
   const int agents = 8;
   std::vector<std::vector<int32_t>> hist(agents);
@@ -147,8 +160,7 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   append(hist, text(30, 8, V));
   EngineOptions tiered = opt;
   tiered.host_cache_bytes = int64_t(64) << 20;
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions off = cache_off();
   Engine second(model, tiered), plain(model, off);
   second.hold_admission(true);
   GenerationRequest r;
@@ -177,14 +189,8 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
   std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
-  EngineOptions tiered = exact();
-  const int64_t kv_page = static_cast<int64_t>(model->state_spec().kv_bytes_per_token()) * 64;
-  tiered.kv_cache_bytes = kv_page * 12;
-  tiered.host_cache_bytes = kv_page * 2;
-  tiered.checkpoint_slots = 4;
-  tiered.cache_dir = dir.path();
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions tiered = tiered_options(*model, dir.path(), 12, 2);
+  const EngineOptions off = cache_off();
   Engine e(model, tiered), plain(model, off);
   // 9 full blocks of A in the pool, then B takes 7 of its 12 pages: A's last 4 blocks are
   // evicted into host RAM (2 pages), which writes the older ones down to the SSD.
@@ -265,8 +271,7 @@ TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
   test::TempDir dir;
   EngineOptions opt = exact();
   opt.cache_dir = dir.path();
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions off = cache_off();
   auto history = text(200, 3, V);
   Turn first;
   {
@@ -293,8 +298,7 @@ TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
   test::TempDir dir;
   EngineOptions opt = exact();
   opt.cache_dir = dir.path();
-  EngineOptions off = exact();
-  off.prefix_cache = false;
+  const EngineOptions off = cache_off();
   auto history = text(200, 7, V);
   {
     Engine writer(model, opt);

@@ -168,7 +168,7 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   r.max_tokens = 8;
   r.ignore_eos = true;
   auto s = second.submit(r);
-  for (int i = 0; i < 500 && second.metrics().host_prefetched < 9; ++i)
+  for (int i = 0; i < 3000 && second.metrics().host_prefetched < 9; ++i)
     std::this_thread::sleep_for(10ms);
   EXPECT_GE(second.metrics().host_prefetched, 9u) << "the 9 full blocks were not prefetched";
   second.hold_admission(false);
@@ -208,7 +208,7 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
   r.max_tokens = 8;
   r.ignore_eos = true;
   auto s = e.submit(r);
-  for (int i = 0; i < 500 && e.metrics().host_prefetched < 2; ++i)
+  for (int i = 0; i < 3000 && e.metrics().host_prefetched < 2; ++i)
     std::this_thread::sleep_for(10ms);
   EXPECT_GE(e.metrics().host_prefetched, 2u)
       << "the blocks on the SSD past the device's were not prefetched";
@@ -253,7 +253,7 @@ TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
   r.ignore_eos = true;
   auto s = second.submit(r);
   const uint64_t want = on_disk - 4;  // none of the 4 has a checkpoint on disk
-  for (int i = 0; i < 500 && second.metrics().host_prefetched < want; ++i) {
+  for (int i = 0; i < 3000 && second.metrics().host_prefetched < want; ++i) {
     std::this_thread::sleep_for(10ms);
   }
   std::this_thread::sleep_for(100ms);  // a prefetcher reading more would have done so by now

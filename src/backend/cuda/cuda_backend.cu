@@ -157,6 +157,13 @@ void device_release(void* p, size_t bytes) {
 
 }  // namespace
 
+namespace {
+// Compiled like every kernel of the backend: tells which PTX architecture the running code was
+// built for. pdl_wait() exists only from sm_90 on, so a build for older architectures running
+// on a newer GPU (PTX compiled at load) must not launch programmatically: nothing would wait.
+__global__ void pdl_probe_kernel() {}
+}  // namespace
+
 bool pdl_enabled() {
   static const bool off = [] {
     const char* env = std::getenv("HIBANA_CUDA_PDL");
@@ -282,7 +289,10 @@ class CudaBackend final : public Backend {
     integrated_ = prop.integrated != 0;
     if (!g_stream) HIBANA_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     g_num_sms = prop.multiProcessorCount;
-    g_pdl = prop.major >= 9;
+    cudaFuncAttributes probe{};
+    g_pdl = prop.major >= 9 && cudaFuncGetAttributes(&probe, pdl_probe_kernel) == cudaSuccess &&
+            probe.ptxVersion >= 90;
+    cudaGetLastError();
     cudaMemPool_t pool;
     HIBANA_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t keep = UINT64_MAX;

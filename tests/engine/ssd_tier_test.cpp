@@ -77,6 +77,16 @@ EngineOptions tiered_options(const Model& model, const std::string& dir, int64_t
   return o;
 }
 
+// A 600-token conversation and its 8-token reply, run by an engine on `opt` that is then shut
+// down (which flushes every block to `opt.cache_dir`): the history a returning request brings.
+std::vector<int32_t> conversation_on_disk(const std::shared_ptr<const Model>& model,
+                                          const EngineOptions& opt) {
+  std::vector<int32_t> hist = text(600, 7, model->config().vocab_size);
+  Engine first(model, opt);
+  append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
+  return hist;
+}
+
 class SsdTier : public testing::TestWithParam<std::string> {};
 
 TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
@@ -152,11 +162,7 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   test::TempDir dir;
   EngineOptions opt = exact();
   opt.cache_dir = dir.path();
-  std::vector<int32_t> hist = text(600, 7, V);
-  {
-    Engine first(model, opt);
-    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
-  }  // shutdown flushes every block to disk
+  std::vector<int32_t> hist = conversation_on_disk(model, opt);
   append(hist, text(30, 8, V));
   EngineOptions tiered = opt;
   tiered.host_cache_bytes = int64_t(64) << 20;
@@ -230,11 +236,7 @@ TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
   test::TempDir dir;
   EngineOptions opt = exact();
   opt.cache_dir = dir.path();
-  std::vector<int32_t> hist = text(600, 7, V);
-  {
-    Engine first(model, opt);
-    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
-  }  // shutdown flushes every block to disk
+  std::vector<int32_t> hist = conversation_on_disk(model, opt);
   uint64_t on_disk = 0;
   for (auto& e : fs::recursive_directory_iterator(dir.path()))
     on_disk += e.path().extension() == ".blk";
@@ -340,11 +342,7 @@ TEST_P(SsdTier, HitTokensCountTheTierTheResumedBlocksCameFrom) {
   test::TempDir dir;
   EngineOptions opt = exact();
   opt.cache_dir = dir.path();
-  std::vector<int32_t> hist = text(600, 7, V);
-  {
-    Engine first(model, opt);
-    append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
-  }
+  std::vector<int32_t> hist = conversation_on_disk(model, opt);
   int damaged = 0;
   for (auto& e : fs::recursive_directory_iterator(dir.path())) {
     if (e.path().extension() != ".blk") continue;

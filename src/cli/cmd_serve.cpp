@@ -149,10 +149,11 @@ int serve_http(const ServeArgs& a, const ServeSetup& setup,
       auto m = server::ServedModel::open(dir, names, server::make_engine_service(engine));
       m->max_output_tokens = a.max_output_tokens;
       if (!m->prompts) log_warn("the model has no chat template: only /v1/completions works");
-      log_info("ready: serving '", names.front(), "' (context ", m->max_context(),
-               " tokens) on http://", a.host, ":", port);
       served = std::move(m);
       http.set_model(served);
+      // Logged once requests are served (a client may start on this line).
+      log_info("ready: serving '", names.front(), "' (context ", served->max_context(),
+               " tokens) on http://", a.host, ":", port);
     } catch (const Error& e) {
       failure = e;
     } catch (const std::exception& e) {

@@ -76,6 +76,10 @@ class BackendCache {
 // Per-expert weights of an MoE block: gate/up/down of expert e are gate[e], up[e], down[e].
 struct ExpertWeights {
   std::vector<Weight> gate, up, down;
+  // On a GPU, when each expert's up rows follow its gate rows in memory: per expert the
+  // [gate ; up] matrix (2 * intermediate rows), so one grouped launch computes both. Empty
+  // otherwise (and on the CPU).
+  std::vector<Weight> gate_up;
   mutable BackendCache cache;
 };
 
@@ -111,6 +115,13 @@ class Backend {
   // y = x * rsqrt(mean(x^2) + eps) * w, or * (1 + w) when zero_centred. x and out may alias.
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, bool zero_centred,
                        Tensor out) = 0;
+  // x += y, then out = rmsnorm(x) (the residual add before a norm); a GPU does both in one
+  // kernel, with the same bits as the two ops.
+  virtual void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& weight, float eps,
+                           bool zero_centred, Tensor out) {
+    add(x, y);
+    rmsnorm(x, weight, eps, zero_centred, out);
+  }
   // out = x · wᵀ (x [R, K], w [N, K], out [R, N]); out may be a column range of a wider buffer.
   virtual void matmul(const Tensor& x, const Weight& w, Tensor out) = 0;
   // out[:, j] = x[:, index[j]].

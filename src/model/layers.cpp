@@ -48,11 +48,14 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
     v = vbuf.tensor;
   }
   Tensor q = q_proj, gate;
-  if (c.attention_output_gate) {  // regroup as [all q | all gates]
-    qbuf = scratch(be, T, 2 * nh * hd);
-    be.gather_columns(q_proj, w.q_gate_split, qbuf.tensor);
-    q = columns(qbuf.tensor, 0, nh * hd);
-    gate = columns(qbuf.tensor, nh * hd, nh * hd);
+  if (c.attention_output_gate) {  // [all q | all gates], regrouped here unless at load
+    if (!w.q_gate_split.empty()) {
+      qbuf = scratch(be, T, 2 * nh * hd);
+      be.gather_columns(q_proj, w.q_gate_split, qbuf.tensor);
+      q_proj = qbuf.tensor;
+    }
+    q = columns(q_proj, 0, nh * hd);
+    gate = columns(q_proj, nh * hd, nh * hd);
   }
   be.rmsnorm(q, w.q_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, q);
   be.rmsnorm(k, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, k);
@@ -73,28 +76,36 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
               Tensor out) {
   const int64_t T = xn.shape[0], nv = c.linear_value_heads, dv = c.linear_value_dim;
   const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
-  // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads].
-  OwnedTensor qkvz = scratch(be, T, conv_dim + value_dim), ba = scratch(be, T, 2 * nv);
-  if (!w.qkvz.empty()) {
-    OwnedTensor packed = scratch(be, T, conv_dim + value_dim), packed_ba = scratch(be, T, 2 * nv);
-    be.matmul(xn, w.qkvz, packed.tensor);
-    be.gather_columns(packed.tensor, w.qkvz_order, qkvz.tensor);
-    be.matmul(xn, w.ba, packed_ba.tensor);
-    be.gather_columns(packed_ba.tensor, w.ba_order, ba.tensor);
+  // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads]. Both are used
+  // through column views only.
+  OwnedTensor proj = scratch(be, T, conv_dim + value_dim + 2 * nv), packed[2];
+  Tensor qkvz = columns(proj.tensor, 0, conv_dim + value_dim);
+  Tensor ba = columns(proj.tensor, conv_dim + value_dim, 2 * nv);
+  if (!w.qkvz_ba.empty()) {  // folded at load and stacked: one matmul
+    be.matmul(xn, w.qkvz_ba, proj.tensor);
+  } else if (!w.qkvz.empty()) {  // Qwen3-Next's packed layout, regrouped unless at load
+    auto project = [&](const Weight& m, const Tensor& order, Tensor dst, OwnedTensor& tmp) {
+      if (order.empty()) return be.matmul(xn, m, dst);
+      tmp = scratch(be, T, m.rows());
+      be.matmul(xn, m, tmp.tensor);
+      be.gather_columns(tmp.tensor, order, dst);
+    };
+    project(w.qkvz, w.qkvz_order, qkvz, packed[0]);
+    project(w.ba, w.ba_order, ba, packed[1]);
   } else {
-    be.matmul(xn, w.qkv, columns(qkvz.tensor, 0, conv_dim));
-    be.matmul(xn, w.z, columns(qkvz.tensor, conv_dim, value_dim));
-    be.matmul(xn, w.b, columns(ba.tensor, 0, nv));
-    be.matmul(xn, w.a, columns(ba.tensor, nv, nv));
+    be.matmul(xn, w.qkv, columns(qkvz, 0, conv_dim));
+    be.matmul(xn, w.z, columns(qkvz, conv_dim, value_dim));
+    be.matmul(xn, w.b, columns(ba, 0, nv));
+    be.matmul(xn, w.a, columns(ba, nv, nv));
   }
   OwnedTensor conv_out = scratch(be, T, conv_dim);
-  be.gdn_conv(columns(qkvz.tensor, 0, conv_dim), w.conv, state.conv.at(state_index), layout,
+  be.gdn_conv(columns(qkvz, 0, conv_dim), w.conv, state.conv.at(state_index), layout,
               conv_out.tensor);
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
-  be.gdn_recurrence(conv_out.tensor, columns(ba.tensor, 0, nv), columns(ba.tensor, nv, nv), w.A_log,
+  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log,
                     w.dt_bias, shape, state.ssm.at(state_index), layout, core.tensor);
-  be.gated_rmsnorm(core.tensor, columns(qkvz.tensor, conv_dim, value_dim), w.norm,
+  be.gated_rmsnorm(core.tensor, columns(qkvz, conv_dim, value_dim), w.norm,
                    static_cast<float>(c.rms_norm_eps), core.tensor);
   be.matmul(core.tensor, w.out, out);
 }
@@ -142,8 +153,7 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
     deltanet(c, w.gdn, be, xn.tensor, layout, state, w.state_index, y.tensor);
   }
   sum_over_ranks(comm, y.tensor);
-  be.add(x, y.tensor);
-  be.rmsnorm(x, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
+  be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
   if (w.ffn == FfnKind::moe) {
     moe(c, w.moe, be, xn.tensor, y.tensor);
   } else {

@@ -174,6 +174,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
               " needs a communicator on its device (NCCL for --device cuda, MPI for cpu)");
     tp_ = std::make_unique<TensorParallel>(config_, std::move(*shard));
   }
+  unpack_projections(weights_);
   fingerprint_ = weights_fingerprint(config_, weights_);
   if (backend_->device() != Device::cpu) {
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());

@@ -370,8 +370,28 @@ void move_weights(ModelWeights& w, Device device) {
     if (l.mixer == MixerKind::attention) {
       l.attn.qkv = stack_on_device({&l.attn.q, &l.attn.k, &l.attn.v}, device, owned);
     }
+    if (!l.gdn.qkvz.empty() && l.gdn.qkvz_order.empty() && l.gdn.ba_order.empty()) {
+      l.gdn.qkvz_ba = stack_on_device({&l.gdn.qkvz, &l.gdn.ba}, device, owned);
+    }
     l.mlp.gate_up = stack_on_device({&l.mlp.gate, &l.mlp.up}, device, owned);
     l.moe.shared.gate_up = stack_on_device({&l.moe.shared.gate, &l.moe.shared.up}, device, owned);
+    // Routed experts: [gate_0 ; up_0 ; gate_1 ; up_1 ...] in one buffer, each expert's pair
+    // then read as one [2 * intermediate, hidden] matrix.
+    ExpertWeights& ex = l.moe.experts;
+    std::vector<Weight*> pairs;
+    for (size_t e = 0; e < ex.gate.size(); ++e) {
+      pairs.push_back(&ex.gate[e]);
+      pairs.push_back(&ex.up[e]);
+    }
+    if (!pairs.empty() && !stack_on_device(pairs, device, owned).w.empty()) {
+      ex.gate_up.clear();
+      for (size_t e = 0; e < ex.gate.size(); ++e) {
+        Weight both = ex.gate[e];
+        both.w.shape[0] += ex.up[e].w.shape[0];
+        if (!both.scale.empty()) both.scale.shape[0] += ex.up[e].scale.shape[0];
+        ex.gate_up.push_back(both);
+      }
+    }
   };
   for (LayerWeights& l : w.layers) {
     stack(l);

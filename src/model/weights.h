@@ -29,7 +29,8 @@ struct DeltaNetWeights {
   // [q heads | k heads | v heads | z heads] and [b heads | a heads].
   Weight qkvz, ba;   // Qwen3-Next
   Weight qkv, z, b, a;  // Qwen3.5
-  Tensor qkvz_order, ba_order;
+  Tensor qkvz_order, ba_order;  // emptied when folded into the rows (unpack_projections)
+  Weight qkvz_ba;  // [qkvz ; ba] stacked on a GPU once both maps are folded; else empty
   Tensor conv;  // f32 [conv_channels, kernel]
   Tensor A_log, dt_bias, norm;
   Weight out;
@@ -116,6 +117,11 @@ constexpr int64_t kFp8Block = 128;
 void quantize_weights_fp8(ModelWeights& weights);
 // Bytes of every matrix as stored (ModelWeights::matrix_bytes).
 size_t count_matrix_bytes(const ModelWeights& weights);
+
+// Folds the column maps of packed projections (q_gate_split, qkvz_order, ba_order) into the
+// order of their weight rows, so their matmuls write the regrouped layout directly; each map
+// is emptied when folded (kept where block scales forbid it: the layers then gather).
+void unpack_projections(ModelWeights& weights);
 
 // Copies every tensor to `device` (tied embeddings stay shared) and drops the host copies and
 // the checkpoint mapping. Weights already there are left alone. Projections that read the same

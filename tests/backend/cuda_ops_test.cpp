@@ -400,5 +400,97 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   EXPECT_LT(max_abs_diff(download(out2), ref2), 1e-5f);
 }
 
+// Routing and grouping with more experts than the kernels keep per thread (E > 512: the router
+// keeps its probabilities in memory, each grouping thread owns two experts), and each expert's
+// [gate ; up] read as one stacked matrix: the same bits as gate and up apart, and the CPU's
+// results.
+TEST_F(CudaOps, MoeWithManyExpertsAndStackedGateUpMatchesCpu) {
+  for (const int64_t E : {int64_t{512}, int64_t{1100}}) {
+    SCOPED_TRACE(E);
+    const int64_t k = 8, H = 128, I = 64, T = 40;
+    ExpertWeights host, dev, stacked;
+    std::vector<TestWeight> keep_w;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int m = 0; m < 3; ++m) {
+        const bool down = m == 2;
+        keep_w.push_back(make_weight(*this, DType::bf16, down ? H : I, down ? I : H,
+                                     static_cast<uint32_t>(1000 + 3 * e + m)));
+      }
+      const TestWeight &g = keep_w[3 * e], &u = keep_w[3 * e + 1], &d = keep_w[3 * e + 2];
+      host.gate.push_back(g.host);
+      host.up.push_back(u.host);
+      host.down.push_back(d.host);
+      dev.gate.push_back(g.dev);
+      dev.up.push_back(u.dev);
+      dev.down.push_back(d.dev);
+      std::vector<uint8_t> both(g.bytes);
+      both.insert(both.end(), u.bytes.begin(), u.bytes.end());
+      Weight gu;
+      gu.w = upload(both.data(), DType::bf16, {2 * I, H});
+      Weight gs = gu, us = gu;  // views of the stacked rows
+      gs.w.shape[0] = us.w.shape[0] = I;
+      us.w.data = static_cast<char*>(gu.w.data) + g.bytes.size();
+      stacked.gate.push_back(gs);
+      stacked.up.push_back(us);
+      stacked.down.push_back(d.dev);
+      stacked.gate_up.push_back(gu);
+    }
+    auto x = randn(T * H, 7), logits = randn(T * E, 8);
+    std::vector<int32_t> ids(T * k);
+    std::vector<float> weights(T * k), ref(T * H);
+    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
+                   Tensor(ids.data(), DType::i32, {T, k}), Tensor(weights.data(), DType::f32, {T, k}));
+    cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
+                     Tensor(weights.data(), DType::f32, {T, k}), host,
+                     Tensor(ref.data(), DType::f32, {T, H}));
+    Tensor idd = upload(ids.data(), DType::i32, {T, k});
+    Tensor wd = device_f32(T, k);
+    std::vector<int32_t> zero_ids(T * k, 0);
+    copy_from_host(zero_ids.data(), idd);
+    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, idd, wd);
+    std::vector<int32_t> gids(T * k);
+    copy_to_host(idd, gids.data());
+    EXPECT_EQ(gids, ids);
+    EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+    Tensor xd = upload(x.data(), DType::f32, {T, H});
+    Tensor apart = device_f32(T, H), together = device_f32(T, H);
+    gpu->moe_experts(xd, idd, wd, dev, apart);
+    gpu->moe_experts(xd, idd, wd, stacked, together);
+    const std::vector<float> a = download(apart), b = download(together);
+    EXPECT_LT(max_abs_diff(a, ref), 1e-5f);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
+// The residual add fused into the norm: x and the normalised rows have the bits of add then
+// rmsnorm, for hidden rows held in registers (2048), rows past them (7000) and narrow rows
+// (256: the two kernels).
+TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
+  for (const int64_t H : {int64_t{2048}, int64_t{7000}, int64_t{256}}) {
+    for (const bool zc : {false, true}) {
+      SCOPED_TRACE(testing::Message() << H << (zc ? " zero-centred" : ""));
+      const int64_t T = 5;
+      auto x = randn(T * H, 11), y = randn(T * H, 12), w = randn(H, 13);
+      Tensor wd = upload(w.data(), DType::f32, {H});
+      Tensor yd = upload(y.data(), DType::f32, {T, H});
+      Tensor x1 = upload(x.data(), DType::f32, {T, H}), x2 = upload(x.data(), DType::f32, {T, H});
+      Tensor n1 = device_f32(T, H), n2 = device_f32(T, H);
+      gpu->add(x1, yd);
+      gpu->rmsnorm(x1, wd, 1e-6f, zc, n1);
+      gpu->add_rmsnorm(x2, yd, wd, 1e-6f, zc, n2);
+      for (auto [p, q] : {std::pair{x1, x2}, std::pair{n1, n2}}) {
+        const std::vector<float> a = download(p), b = download(q);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
+      std::vector<float> ref_x(x), ref_n(T * H);
+      Tensor rx(ref_x.data(), DType::f32, {T, H});
+      cpu->add_rmsnorm(rx, Tensor(y.data(), DType::f32, {T, H}),
+                       Tensor(w.data(), DType::f32, {H}), 1e-6f, zc,
+                       Tensor(ref_n.data(), DType::f32, {T, H}));
+      EXPECT_LT(max_abs_diff(download(n2), ref_n), 1e-4f);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hibana

@@ -66,13 +66,16 @@ stage_matmul() {
 }
 
 # Nsight Compute: per-kernel time of one replayed decode step at batch 1 (the 8B shape unless
-# PROFILE="CONFIG DTYPE LAUNCHES", e.g. "qwen3-next-80b-a3b fp8 6000"), then the full sections
-# of the batch-1 matmul at the SHAPES (none: skip).
+# PROFILE="CONFIG DTYPE", e.g. "qwen3-next-80b-a3b fp8"): only the third replayed step is
+# profiled (HIBANA_CUDA_PROFILE_REPLAY), each graph node as a kernel, caches flushed before each
+# (decode reads its weights from DRAM once per step anyway); then the full sections of the
+# batch-1 matmul at the SHAPES (none: skip).
 stage_profile() {
-  set -- ${PROFILE:-qwen3-8b bf16 1400}
-  timeout 400 ncu --clock-control none --cache-control none --launch-count $3 --metrics gpu__time_duration.sum --csv \
+  set -- ${PROFILE:-qwen3-8b bf16}
+  HIBANA_CUDA_PROFILE_REPLAY=3 timeout 400 ncu --profile-from-start off --graph-profiling node \
+    --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
     --print-units base $B/hibana bench decode --device cuda --load-format dummy \
-    --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 1 \
+    --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 4 \
     >"$OUT/ncu_decode_$1.csv" 2>"$OUT/ncu_decode_$1.err"
   python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_$1.csv" | tee "$OUT/ncu_decode_step_$1.txt" | head -40
   [ "${SHAPES:-}" = none ] && return

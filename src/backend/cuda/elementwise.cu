@@ -61,28 +61,43 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
 // One 256-thread CTA per group, for wide groups (whole hidden rows): the same maths with a
 // fixed two-level reduction (each thread's values in order, warps, then the 8 warp sums in
 // order). A thread keeps its first kWideCached values in registers, so their loads all issue at
-// once and the output pass does not read x again.
+// once and the output pass does not read x again. kAdd: x += add first (the residual add before
+// a norm, one kernel for both; the same additions as the add kernel's).
 constexpr int kWideCached = 24;  // values of x per thread held in registers (rows up to 6144)
-template <bool kGated>
+template <bool kGated, bool kAdd = false>
 __global__ void __launch_bounds__(256)
     rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
                         float eps, bool zero_centred, int64_t D, int64_t G, float* out,
-                        int64_t ldo) {
+                        int64_t ldo, const float* add = nullptr, int64_t lda = 0) {
   pdl_start();
   const int64_t groups_per_row = D / G;
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
   const float* xr = x + r * ldx + c0;
+  float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
+  const float* ar = kAdd ? add + r * lda + c0 : nullptr;
+  auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
+    if constexpr (kAdd) {
+      const float s = xr[i] + ar[i];
+      xw[i] = s;
+      return s;
+    } else {
+      return xr[i];
+    }
+  };
   __shared__ float part[8];
   float v[kWideCached];
 #pragma unroll
   for (int j = 0; j < kWideCached; ++j) {
     const int64_t i = threadIdx.x + 256 * j;
-    v[j] = i < G ? xr[i] : 0.0f;
+    v[j] = i < G ? load(i) : 0.0f;
   }
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kWideCached; ++j) ss = fmaf(v[j], v[j], ss);  // (adds exact zeros past G)
-  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) ss = fmaf(xr[i], xr[i], ss);
+  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) {
+    const float xi = load(i);
+    ss = fmaf(xi, xi, ss);
+  }
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
@@ -166,6 +181,10 @@ __global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y,
 // ---- MoE routing -------------------------------------------------------------------------------
 
 // One warp per token: softmax over E logits, then k rounds of arg-max (ties to the lower index).
+// Lane l holds the probabilities of experts l, l + 32, ...: in registers when E <= 32 * kPer
+// (the decode case: no memory traffic between the rounds), else in `probs`. Both forms perform
+// the same operations in the same order.
+template <int kPer>
 __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, int64_t E, int k,
                                  bool renormalise, int32_t* ids, float* weights, float* probs) {
   pdl_start();
@@ -174,16 +193,31 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
   if (t >= T) return;
   const float* l = logits + t * ldl;
   float* p = probs + t * E;
+  float reg[kPer > 0 ? kPer : 1];
+  const int n = kPer > 0 ? kPer : static_cast<int>((E + 31) / 32);
+  auto at = [&](int i) -> float& {
+    if constexpr (kPer > 0) return reg[i];
+    return p[lane + 32 * i];
+  };
   float mx = -INFINITY;
-  for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
+  }
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int64_t e = lane; e < E; e += 32) {
-    p[e] = expf(l[e] - mx);
-    sum += p[e];
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) {
+      at(i) = expf(l[lane + 32 * i] - mx);
+      sum += at(i);
+    }
   }
   sum = warp_sum(sum);
-  for (int64_t e = lane; e < E; e += 32) p[e] /= sum;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) at(i) /= sum;
+  }
   __syncwarp();
   float total = 0.0f;
   // Probabilities are >= 0 and taken experts -2; a NaN probability (a token whose hidden state
@@ -192,11 +226,14 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
   for (int j = 0; j < k; ++j) {
     float best = -1.5f;
     int best_e = INT32_MAX;
-    for (int64_t e = lane; e < E; e += 32) {
-      const float v = p[e] != p[e] ? -1.0f : p[e];
-      if (v > best) {
-        best = v;
-        best_e = static_cast<int>(e);
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      if (lane + 32 * i < E) {
+        const float v = at(i) != at(i) ? -1.0f : at(i);
+        if (v > best) {
+          best = v;
+          best_e = lane + 32 * i;
+        }
       }
     }
 #pragma unroll
@@ -215,7 +252,10 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
     }
     total += best;
     __syncwarp();
-    if (lane == best_e % 32) p[best_e] = -2.0f;  // taken
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      if (lane + 32 * i == best_e) at(i) = -2.0f;  // taken
+    }
     __syncwarp();
   }
   if (renormalise && lane == 0) {
@@ -277,7 +317,8 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
   const int64_t ldz = z ? ld(*z) : 0;
   if (G >= 1024) {
     launch_pdl(rmsnorm_wide_kernel<kGated>, static_cast<unsigned>(groups), 256, 0, x.ptr<float>(),
-               ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out));
+               ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out),
+               nullptr, int64_t{0});
   } else {
     launch_pdl(rmsnorm_kernel<kGated>, blocks_for(groups * 32, 256), 256, 0, x.ptr<float>(), ld(x),
                zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out));
@@ -292,6 +333,22 @@ void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Ten
 
 void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out) {
   launch_norm<true>(x, &z, w, eps, false, out, "gated_rmsnorm");
+}
+
+void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zero_centred,
+                 Tensor out) {
+  const int64_t R = x.shape[0], G = w.numel();
+  if (G != x.shape[1] || G < 1024 || out.data == x.data) {  // narrow rows: the two kernels
+    add(x, y);
+    return rmsnorm(x, w, eps, zero_centred, out);
+  }
+  check_same_rows(x, y, "add_rmsnorm");
+  check_same_rows(x, out, "add_rmsnorm");
+  if (R == 0) return;
+  launch_pdl(rmsnorm_wide_kernel<false, true>, static_cast<unsigned>(R), 256, 0, x.ptr<float>(),
+             ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps, zero_centred, G, G, out.ptr<float>(),
+             ld(out), y.ptr<float>(), ld(y));
+  launched("add_rmsnorm");
 }
 
 void gather_columns(const Tensor& x, const Tensor& index, Tensor out) {
@@ -341,11 +398,16 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Te
   check(ids.is_contiguous() && weights.is_contiguous(), ErrorKind::internal,
         "moe_route: outputs must be contiguous");
   if (T == 0) return;
+  auto go = [&](auto kernel, float* probs) {
+    launch_pdl(kernel, blocks_for(T * 32, 128), 128, 0, logits.ptr<float>(), ld(logits), T, E,
+               static_cast<int>(k), renormalise, ids.ptr<int32_t>(), weights.ptr<float>(), probs);
+    launched("moe_route_kernel");
+  };
+  if (E <= 128) return go(moe_route_kernel<4>, nullptr);
+  if (E <= 256) return go(moe_route_kernel<8>, nullptr);
+  if (E <= 512) return go(moe_route_kernel<16>, nullptr);
   Scratch probs(static_cast<size_t>(T * E) * sizeof(float));
-  launch_pdl(moe_route_kernel, blocks_for(T * 32, 128), 128, 0, logits.ptr<float>(), ld(logits), T,
-             E, static_cast<int>(k), renormalise, ids.ptr<int32_t>(), weights.ptr<float>(),
-             probs.as<float>());
-  launched("moe_route_kernel");
+  go(moe_route_kernel<0>, probs.as<float>());
 }
 
 }  // namespace hibana::cuda

@@ -1,6 +1,7 @@
 // The MoE experts on CUDA: tokens grouped by expert on the GPU, then one grouped matmul launch
 // per projection (each expert's weights read once per pass, whatever the number of tokens it
-// serves), SiLU-gating, and the weighted combine of each token's k expert outputs.
+// serves; gate and up in one launch when move_weights stacked them), SiLU-gating, and the
+// weighted combine of each token's k expert outputs.
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -20,7 +21,7 @@ using mm::Params;
 // the weights (their BackendCache): a cache keyed by addresses would hand a reloaded model,
 // whose matrices can land at the old addresses in another order, the old model's tables.
 struct ExpertTables {
-  Buffer gate, up, down;  // MatPtr[E] each
+  Buffer gate, up, down, gate_up;  // MatPtr[E] each (gate_up: when the experts have it)
 };
 std::mutex g_tables_mutex;
 
@@ -46,6 +47,7 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
     t->gate = upload_table(ex.gate);
     t->up = upload_table(ex.up);
     t->down = upload_table(ex.down);
+    if (!ex.gate_up.empty()) t->gate_up = upload_table(ex.gate_up);
     ex.cache.data = std::move(t);
   }
   return *static_cast<const ExpertTables*>(ex.cache.data.get());
@@ -53,12 +55,15 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
 
 // Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), the
 // experts that got any, ascending (active[0 .. *n_active)), and where each active expert's
-// tiles start in the tiled matmul's list (tile_start[0 .. *n_active]).
+// tiles start in the tiled matmul's list (tile_start[0 .. *n_active]). One CTA; each thread
+// owns a contiguous run of experts, and a block-wide scan of the runs' (rows, experts used,
+// tiles) gives every thread where its run starts.
 __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
                                        int32_t* rows, int32_t* active, int32_t* n_active,
                                        int32_t* tile_start) {
   pdl_start();
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
+  __shared__ int32_t warp_total[3][32];
   int32_t* cursor = counts + E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
   __syncthreads();
@@ -67,18 +72,60 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
     if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t run = 0, used = 0, tiles = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = run;
-      cursor[e] = run;
-      run += counts[e];
-      if (counts[e] > 0) {
-        tile_start[used] = tiles;
-        tiles += (counts[e] + mm::kTiledTokens - 1) / mm::kTiledTokens;
-        active[used++] = e;
-      }
+  auto tiles_of = [](int32_t c) { return (c + mm::kTiledTokens - 1) / mm::kTiledTokens; };
+  const int per = (E + blockDim.x - 1) / blockDim.x;
+  const int lo = min(E, static_cast<int>(threadIdx.x) * per), hi = min(E, lo + per);
+  int32_t mine[3] = {0, 0, 0};  // rows, experts used, tiles of this thread's run
+  for (int e = lo; e < hi; ++e) {
+    mine[0] += counts[e];
+    mine[1] += counts[e] > 0;
+    mine[2] += tiles_of(counts[e]);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int32_t before[3];
+#pragma unroll
+  for (int v = 0; v < 3; ++v) {
+    int32_t incl = mine[v];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
     }
+    if (lane == 31) warp_total[v][warp] = incl;
+    before[v] = incl - mine[v];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+#pragma unroll
+    for (int v = 0; v < 3; ++v) {
+      int32_t incl = lane < warps ? warp_total[v][lane] : 0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      if (lane < warps) warp_total[v][lane] = incl;  // inclusive over warps
+    }
+  }
+  __syncthreads();
+  int32_t run = before[0], used = before[1], tiles = before[2];
+  if (warp > 0) {
+    run += warp_total[0][warp - 1];
+    used += warp_total[1][warp - 1];
+    tiles += warp_total[2][warp - 1];
+  }
+  for (int e = lo; e < hi; ++e) {
+    offsets[e] = run;
+    cursor[e] = run;
+    run += counts[e];
+    if (counts[e] > 0) {
+      tile_start[used] = tiles;
+      tiles += tiles_of(counts[e]);
+      active[used++] = e;
+    }
+  }
+  if (threadIdx.x == blockDim.x - 1) {  // its run ends the list: the totals
     offsets[E] = run;
     tile_start[used] = tiles;
     *n_active = used;
@@ -125,17 +172,18 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
              offsets.as<int32_t>(), rows.as<int32_t>(), active.as<int32_t>(), n_active, tile_start);
   launched("group_by_expert_kernel");
 
-  Scratch gate(pairs * I * sizeof(float)), up(pairs * I * sizeof(float)),
-      y(pairs * H * sizeof(float));
-  Tensor gt(gate.as<float>(), DType::f32, {pairs, I}, Device::cuda);
-  Tensor ut(up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
+  // gate and up of each pair side by side: [pairs, 2I], gate in the first I columns.
+  Scratch gate_up(pairs * 2 * I * sizeof(float)), y(pairs * H * sizeof(float));
+  Tensor gt(gate_up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
+  Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
+  gt.stride[0] = ut.stride[0] = 2 * I;
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div,
-                     float* dst) {
+                     float* dst, int64_t ldo) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
     p.out = dst;
-    p.ldo = p.N;
+    p.ldo = ldo;
     p.M = pairs;
     p.mats = static_cast<const MatPtr*>(table.data());
     p.group_offset = offsets.as<int32_t>();
@@ -147,10 +195,14 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt_of(w0.w.dtype), true, T, slices);
   };
-  grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gate.as<float>());
-  grouped(experts.up[0], tab.up, x, static_cast<int>(k), up.as<float>());
+  if (!experts.gate_up.empty()) {  // one launch for both
+    grouped(experts.gate_up[0], tab.gate_up, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
+  } else {
+    grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
+    grouped(experts.up[0], tab.up, x, static_cast<int>(k), ut.ptr<float>(), 2 * I);
+  }
   silu_mul(gt, ut, gt);
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>());
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
              weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(), ld(out));
   launched("moe_combine_kernel");

@@ -12,6 +12,8 @@ int num_sms();
 void embedding(const Weight& table, const Tensor& ids, Tensor out);
 void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor out);
 void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out);
+void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zero_centred,
+                 Tensor out);
 void gather_columns(const Tensor& x, const Tensor& index, Tensor out);
 void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
           const BatchLayout& layout);

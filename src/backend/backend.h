@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace hibana {
@@ -164,9 +165,18 @@ class Backend {
   // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation.
   virtual void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
                          Tensor weights) = 0;
-  // out[t] = sum_j weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t, j].
+  // out[t] = sum_j weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t, j];
+  // pairs whose id is -1 are skipped (they add nothing, whatever their weight).
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts, Tensor out) = 0;
+  // Expert parallelism, in place on moe_route's output: an id in [first, first + count) becomes
+  // id - first (an index into this rank's experts); any other becomes -1 with weight 0. The
+  // default throws Error(unsupported): a backend that runs expert parallelism overrides it.
+  virtual void moe_keep_experts(Tensor /*ids*/, Tensor /*weights*/, int64_t /*first*/,
+                                int64_t /*count*/) {
+    throw Error(ErrorKind::unsupported,
+                "expert parallelism is not implemented on the " + name() + " backend");
+  }
 
   // Copies a recurrent slot (conv window and delta state) of one layer: dst <- src.
   virtual void copy_slot(Tensor states, int64_t src, int64_t dst) = 0;

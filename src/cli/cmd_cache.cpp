@@ -24,9 +24,11 @@ void add_cache_command(CLI::App& app, Action& action) {
       uint64_t blocks = 0, bytes = 0;
       std::printf("%-18s %10s %14s\n", "model fingerprint", "blocks", "bytes");
       for (const auto& m : models) {
-        std::printf("%016llx %10llu %14llu (%.1f MiB)\n", static_cast<unsigned long long>(m.fingerprint),
-                    static_cast<unsigned long long>(m.blocks), static_cast<unsigned long long>(m.bytes),
-                    m.bytes / 1048576.0);
+        std::printf("%016llx %10llu %14llu (%.1f MiB)%s%s\n",
+                    static_cast<unsigned long long>(m.fingerprint),
+                    static_cast<unsigned long long>(m.blocks),
+                    static_cast<unsigned long long>(m.bytes), m.bytes / 1048576.0,
+                    m.part.empty() ? "" : " ", m.part.c_str());
         blocks += m.blocks;
         bytes += m.bytes;
       }

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/node_args.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/generator.h"
@@ -25,6 +26,7 @@ struct RunArgs {
   bool ignore_eos = false;
   bool exact = false;
   int tp = 1;
+  NodeArgs nodes;  // --nnodes, --node-rank, --master
 };
 
 // Tokenizes, generates and prints (rank 0's whole job).
@@ -79,12 +81,14 @@ int complete(const RunArgs& a, const Model& model) {
 int run_ranks(const RunArgs& a) {
   const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
   if (!launched_as_ranks()) {  // errors every rank would hit, said once
-    const std::string why = tp_unavailable_reason(device, a.tp);
+    const std::string why = a.nodes.unavailable_reason(a.tp, device);
     if (!why.empty()) throw Error(ErrorKind::unsupported, why);
-    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8");
-    relaunch_as_ranks(a.tp);
+    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8",
+                    a.model.expert_parallel);
+    if (a.nodes.local_ranks(a.tp) > 1) relaunch_as_ranks(a.nodes.local_ranks(a.tp));
   }
-  std::shared_ptr<Communicator> comm = make_rank_communicator(device, &cuda_stream_handle);
+  std::shared_ptr<Communicator> comm =
+      make_rank_communicator(device, &cuda_stream_handle, a.nodes.group(a.tp));
   check(comm->size() == a.tp, ErrorKind::invalid_argument,
         "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
             " ranks");
@@ -135,6 +139,8 @@ void add_run_command(CLI::App& app, Action& action) {
                   "tensor-parallel ranks: N processes, each with 1/N of the model (CPU over "
                   "MPI; --device cuda: one GPU each, over NCCL)")
       ->check(CLI::Range(1, 1024));
+  args->nodes.add_to(*cmd);
+  args->model.add_expert_parallel_flag(*cmd);
   cmd->callback([&action, args] {
     action = [args]() -> int {
       const RunArgs& a = *args;
@@ -143,6 +149,8 @@ void add_run_command(CLI::App& app, Action& action) {
       }
       check(a.n >= 0, ErrorKind::invalid_argument, "-n must be >= 0");
       a.sampling.validate();
+      a.model.check_expert_parallel(a.tp);
+      a.nodes.validate(a.tp, a.model.device == "cuda" ? Device::cuda : Device::cpu);
       if (a.tp > 1) return run_ranks(a);
       return complete(a, *a.model.load());
     };

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/node_args.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -43,6 +44,7 @@ struct ServeArgs {
   int64_t max_seqs = 32;
   int64_t step_tokens = 512;
   int tp = 1;
+  NodeArgs nodes;  // --nnodes, --node-rank, --master
   int64_t max_queue = 1024;
   int64_t max_context = 0;
   int64_t max_output_tokens = 0;
@@ -176,29 +178,25 @@ int serve_http(const ServeArgs& a, const ServeSetup& setup,
 }
 
 // --tp N: the command starts again as N MPI ranks (parallel/launch.h), as `run --tp` does. Rank 0
-// serves HTTP and runs the engine; the others load their shard and follow its passes and state
-// copies. SIGINT/SIGTERM reach rank 0's sigwait (the other ranks block them and end when rank 0
-// releases them, or when mpirun ends the job because a rank died).
+// serves HTTP and runs the engine; the others load their shard and follow its passes, state
+// copies and tier moves. SIGINT/SIGTERM reach rank 0's sigwait (the other ranks block them and end
+// when rank 0 releases them, or when mpirun ends the job because a rank died).
 int serve_ranks(const ServeArgs& a, const ServeSetup& s) {
   const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
   if (!launched_as_ranks()) {  // errors every rank would hit, said once
-    const std::string why = tp_unavailable_reason(device, a.tp);
+    const std::string why = a.nodes.unavailable_reason(a.tp, device);
     if (!why.empty()) throw Error(ErrorKind::unsupported, why);
-    if (s.eo.prefix_cache && (!s.eo.cache_dir.empty() || s.eo.host_cache_bytes > 0)) {
-      throw Error(ErrorKind::invalid_argument,
-                  "serve --tp keeps the prefix cache in the device pool only: the host-RAM and "
-                  "SSD tiers are not mirrored on the other ranks yet; drop --cache-dir and "
-                  "--host-cache-size (or give --no-prefix-cache)");
-    }
-    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8");
-    relaunch_as_ranks(a.tp);
+    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8",
+                    a.model.expert_parallel);
+    if (a.nodes.local_ranks(a.tp) > 1) relaunch_as_ranks(a.nodes.local_ranks(a.tp));
   }
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before MPI starts threads of its own
-  std::shared_ptr<Communicator> comm = make_rank_communicator(device, &cuda_stream_handle);
+  std::shared_ptr<Communicator> comm =
+      make_rank_communicator(device, &cuda_stream_handle, a.nodes.group(a.tp));
   check(comm->size() == a.tp, ErrorKind::invalid_argument,
         "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
             " ranks");
@@ -234,6 +232,8 @@ int serve_ranks(const ServeArgs& a, const ServeSetup& s) {
 
 int serve(const ServeArgs& a) {
   const ServeSetup s = setup(a);
+  a.model.check_expert_parallel(a.tp);
+  a.nodes.validate(a.tp, a.model.device == "cuda" ? Device::cuda : Device::cpu);
   if (a.tp > 1) return serve_ranks(a, s);
   return serve_http(a, s, [&] { return std::shared_ptr<const Model>(a.model.load()); });
 }
@@ -264,9 +264,11 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
   cmd->add_option("--tp", args->tp,
                   "tensor-parallel ranks: N processes, each with 1/N of the model (CPU over MPI; "
-                  "the prefix cache stays in the device pool: no --cache-dir, no "
-                  "--host-cache-size)")
+                  "each rank keeps its shard's state in its own host tier and in "
+                  "--cache-dir/rank-R-of-N; no prefetch)")
       ->check(CLI::Range(1, 1024));
+  args->model.add_expert_parallel_flag(*cmd);
+  args->nodes.add_to(*cmd);
   cmd->add_option("--step-tokens", args->step_tokens,
                   "tokens per forward pass, decode plus prefill (default 512)");
   cmd->add_option("--max-queue", args->max_queue,

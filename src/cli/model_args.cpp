@@ -28,6 +28,20 @@ void ModelArgs::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
+void ModelArgs::add_expert_parallel_flag(CLI::App& cmd) {
+  cmd.add_flag("--ep", expert_parallel,
+               "expert parallelism with --tp N: each rank holds E/N whole MoE experts instead of "
+               "1/N of every expert's columns (E must be a multiple of N)");
+}
+
+void ModelArgs::check_expert_parallel(int tp) const {
+  if (!expert_parallel) return;
+  check(tp >= 2, ErrorKind::invalid_argument, "--ep needs --tp N with N >= 2");
+  check(device != "cuda", ErrorKind::unsupported,
+        "--ep runs on the CPU only for now (the CUDA backend does not skip other ranks' experts "
+        "yet)");
+}
+
 std::string default_model_dir() {
   if (const char* env = std::getenv("HIBANA_DEFAULT_MODEL"); env && *env) return env;
   namespace fs = std::filesystem;
@@ -58,12 +72,13 @@ std::unique_ptr<Model> ModelArgs::load(std::shared_ptr<Communicator> comm) const
     }
     auto dt = dtype_from_name(weights == "fp8" ? "fp8" : dtype);
     if (!dt) throw Error(ErrorKind::invalid_argument, "unknown --dtype '" + dtype + "'");
-    return Model::dummy(config, *dt, backend, seed, comm);
+    return Model::dummy(config, *dt, backend, seed, comm, expert_parallel);
   }
   LoadOptions opts;
   opts.load_mtp = !no_mtp;
   opts.fp8 = weights == "fp8";
   opts.comm = comm;
+  opts.expert_parallel = expert_parallel;
   std::string path = model.empty() ? default_model_dir() : model;
   log_debug("loading ", path, " on ", backend->name());
   return Model::load(path, backend, opts);

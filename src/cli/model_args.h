@@ -19,8 +19,15 @@ struct ModelArgs {
   bool no_mtp = false;
   std::string device = "auto";
   std::string weights = "auto";
+  bool expert_parallel = false;  // --ep, of the commands that take --tp
 
   void add_to(CLI::App& cmd);
+  // Adds --ep (expert parallelism over the --tp ranks) to a command that takes --tp.
+  void add_expert_parallel_flag(CLI::App& cmd);
+  // Throws Error when --ep cannot go with --tp `tp` (before any rank starts): without two ranks
+  // or more, or on CUDA. The model's side (MoE layers, experts the ranks divide) is
+  // check_shardable's.
+  void check_expert_parallel(int tp) const;
   // Loads the checkpoint (or builds dummy weights); an empty --model means the embedded default.
   // With a communicator of more than one rank, this rank's shard, on the communicator's GPU when
   // it carries device memory (NCCL), else on the CPU (--device auto then means cpu).

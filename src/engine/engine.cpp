@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_pools.h"
+#include "engine/rank_tiers.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -65,19 +66,12 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   const bool hybrid = spec.deltanet_layers > 0;
   const int64_t checkpoint_slots =
       options_.prefix_cache && hybrid ? std::max<int64_t>(0, options_.checkpoint_slots) : 0;
-  // The host and SSD tiers copy blocks between the pool and host memory byte for byte, which a
-  // tensor-parallel model's other ranks do not mirror (the device pool's state they do).
-  check(model_->ranks() == 1 || !options_.prefix_cache ||
-            (options_.cache_dir.empty() && options_.host_cache_bytes == 0),
-        ErrorKind::unsupported,
-        "the prefix cache's host-RAM and SSD tiers (--host-cache-size, --cache-dir) do not work "
-        "with tensor parallelism yet: the device tier does");
   pools_ = std::make_unique<Pools>(spec, options_.page_size, pages,
                                    options_.max_sequences + checkpoint_slots);
   TierCosts costs;
   if (options_.prefix_cache && !options_.cache_dir.empty()) {
     SsdStoreOptions so;
-    so.dir = options_.cache_dir;
+    so.dir = rank_cache_dir(options_.cache_dir, model_->rank(), model_->ranks());
     so.capacity_bytes = static_cast<uint64_t>(options_.ssd_cache_bytes);
     so.model_fingerprint = model_->fingerprint();
     pools_->ssd = std::make_unique<SsdStore>(so);
@@ -90,6 +84,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
                                                  pools_->ssd.get());
     }
   }
+  open_rank_tiers();
   if (pools_->ssd) costs = measure_costs();
   if (options_.prefix_cache) {
     BlockStore* lower = pools_->host ? static_cast<BlockStore*>(pools_->host.get())
@@ -132,9 +127,14 @@ Engine::~Engine() {
   for (auto& s : waiting_) finish(*s, FinishReason::cancelled);
   waiting_.clear();
   if (pools_->cache && pools_->ssd) {  // a restart finds it all on SSD
-    pools_->cache->flush();
+    try {  // with tensor parallelism the flush is moves on every rank: they may be gone
+      pools_->cache->flush();
+    } catch (const std::exception& e) {
+      log_warn("flushing the prefix cache to the SSD tier: ", e.what());
+    }
     if (pools_->host) pools_->host->flush();
   }
+  close_rank_tiers();
 }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {

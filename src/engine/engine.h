@@ -108,7 +108,8 @@ struct EngineOptions {
   int64_t checkpoint_slots = 32;       // recurrent checkpoints kept (hybrid models)
   int64_t checkpoint_interval = 4096;  // also checkpoint every N prompt tokens
   // SSD tier: blocks evicted from memory (and all of them at shutdown) are written here and
-  // restored when a returning conversation needs them. Empty: no SSD tier.
+  // restored when a returning conversation needs them. Empty: no SSD tier. Rank R of a
+  // tensor-parallel model's N keeps its shard's blocks in cache_dir/rank-R-of-N.
   std::string cache_dir;
   int64_t ssd_cache_bytes = int64_t(16) << 30;
   // Host-RAM tier between the device pool and the SSD (0: none). Skipped on unified memory.
@@ -181,6 +182,11 @@ class Engine {
   void preempt_newest();
   void checkpoint_if_due(Sequence& s);
   struct TierCosts measure_costs();
+  // Tensor parallelism: the other ranks open host-RAM and SSD tiers like rank 0's (their own
+  // shard's bytes, their own subdirectory of the cache dir) and close them with the engine.
+  void open_rank_tiers();
+  void close_rank_tiers();
+  bool rank_tiers_open_ = false;
   bool ensure_pages(Sequence& s, int64_t positions);
   void release(Sequence& s);
   void refresh_metrics();
@@ -202,7 +208,8 @@ class Engine {
   bool held_ = false;
   std::thread worker_;
 
-  // Prefetch of waiting requests' blocks from the SSD into the host tier (both tiers on). The
+  // Prefetch of waiting requests' blocks from the SSD into the host tier (both tiers on; not
+  // with tensor parallelism, where every rank's tiers move only in step with rank 0's). The
   // prefetcher thread must not touch the device pool or the prefix index, so the engine thread
   // hands it each waiting prompt together with how much of it the device already holds.
   struct PrefetchJob {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_pools.h"
+#include "engine/rank_tiers.h"
 
 namespace hibana {
 
@@ -63,8 +64,42 @@ TierCosts Engine::measure_costs() {
   return c;
 }
 
+// The other ranks' tiers move only when rank 0's engine thread moves its own (a block move is
+// one message in the stream of passes), so a prefetch thread on rank 0 alone would leave them
+// behind: prefetch is off with tensor parallelism.
 bool Engine::prefetching() const {
-  return pools_->cache && pools_->host && pools_->ssd;
+  return pools_->cache && pools_->host && pools_->ssd && model_->ranks() == 1;
+}
+
+void Engine::open_rank_tiers() {
+  if (model_->ranks() <= 1 || !options_.prefix_cache || (!pools_->host && !pools_->ssd)) return;
+  TierSetup setup;
+  if (pools_->host) setup.host_bytes = static_cast<uint64_t>(options_.host_cache_bytes);
+  if (pools_->ssd) {
+    setup.ssd_bytes = static_cast<uint64_t>(options_.ssd_cache_bytes);
+    setup.dir = options_.cache_dir;
+  }
+  BlockMove open;
+  open.op = BlockMove::Op::open;
+  open.setup = setup.encode();
+  PoolBlockMover here(nullptr);  // rank 0's tiers are pools_'s, made already
+  rank_tiers_open_ = true;       // a rank that opened them closes them with the engine
+  check(model_->move_block(pools_->pool.views(), here, open), ErrorKind::io,
+        "the other tensor-parallel ranks could not open their host-RAM/SSD tiers (their log "
+        "says why)");
+}
+
+void Engine::close_rank_tiers() {
+  if (!rank_tiers_open_) return;
+  rank_tiers_open_ = false;
+  BlockMove close;
+  close.op = BlockMove::Op::close;
+  PoolBlockMover here(nullptr);
+  try {
+    model_->move_block(pools_->pool.views(), here, close);
+  } catch (const std::exception& e) {
+    log_warn("closing the other ranks' state tiers: ", e.what());
+  }
 }
 
 // Engine thread (mutex_ held): it owns the device pool, so it measures what the pool already

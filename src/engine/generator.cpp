@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/rank_tiers.h"
 
 namespace hibana {
 
@@ -17,15 +18,18 @@ StatePool make_pool_for(const Model& model, int64_t max_positions, int64_t seque
 void follow_rank0(const Model& model) {
   std::optional<StatePool> pool;
   StateGeometry made;
-  model.follow([&](const StateGeometry& g) -> const StateViews& {
-    if (!pool || !(g == made)) {
-      pool.reset();
-      pool.emplace(model.state_spec(), g.page_size, std::max<int64_t>(1, g.pages),
-                   std::max<int64_t>(1, g.slots));
-      made = g;
-    }
-    return pool->views();
-  });
+  FollowerTiers tiers(model);  // this rank's host-RAM and SSD tiers, as rank 0 opens them
+  model.follow(
+      [&](const StateGeometry& g) -> const StateViews& {
+        if (!pool || !(g == made)) {
+          pool.reset();
+          pool.emplace(model.state_spec(), g.page_size, std::max<int64_t>(1, g.pages),
+                       std::max<int64_t>(1, g.slots));
+          made = g;
+        }
+        return pool->views();
+      },
+      &tiers);
 }
 
 std::vector<int32_t> generate(const Model& model, StatePool& pool, std::span<const int32_t> prompt,

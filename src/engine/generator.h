@@ -26,9 +26,10 @@ std::vector<int32_t> generate(const Model& model, StatePool& pool, std::span<con
                               const GenerateOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
 
-// Ranks other than 0 of a tensor-parallel model: runs rank 0's passes and recurrent slot copies
-// (Model::follow) on a pool of this rank's heads that mirrors rank 0's, until rank 0 releases
-// them.
+// Ranks other than 0 of a tensor-parallel model: runs rank 0's passes, recurrent slot copies
+// and state block moves (Model::follow) on a pool of this rank's heads that mirrors rank 0's,
+// with host-RAM and SSD tiers of its own that rank 0's engine opens and closes (FollowerTiers,
+// engine/rank_tiers.h), until rank 0 releases them.
 void follow_rank0(const Model& model);
 
 // A pool sized for one sequence of up to max_positions tokens (plus snapshot slots).

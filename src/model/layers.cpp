@@ -132,6 +132,10 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   be.matmul(xn, w.router, logits.tensor);
   OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
   be.moe_route(logits.tensor, k, c.norm_topk_prob, ids.tensor, weights.tensor);
+  const int64_t held = static_cast<int64_t>(w.experts.gate.size());
+  if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
+    be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
+  }
   be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
   if (!w.shared.gate.empty()) {
     OwnedTensor shared = scratch(be, T, c.hidden_size), gate = scratch(be, T, 1);

@@ -23,6 +23,8 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
               const BatchLayout& layout, const StateViews& state, int64_t state_index,
               Tensor out);
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out);
+// With expert parallelism `w` holds a block of the experts (MoeWeights::first_expert): the
+// (token, slot) pairs routed to the others add nothing here (another rank computes them).
 void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out);
 
 }  // namespace hibana::layers

@@ -176,6 +176,11 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
   }
   unpack_projections(weights_);
   fingerprint_ = weights_fingerprint(config_, weights_);
+  if (tp_) {  // a shard's state is another model's: never restored by another rank or --tp
+    const uint64_t shard[3] = {fingerprint_, static_cast<uint64_t>(tp_->plan.rank),
+                               static_cast<uint64_t>(tp_->plan.ranks)};
+    fingerprint_ = XXH3_64bits(shard, sizeof shard);
+  }
   if (backend_->device() != Device::cpu) {
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
     move_weights(weights_, backend_->device());
@@ -217,11 +222,12 @@ Communicator* Model::layer_comm() const {
 
 namespace {
 // The shard of this process when `comm` has more than one rank (validated against the config
-// before any weight is read); `fp8` says whether matrices are converted to fp8 at load.
+// before any weight is read); `fp8` says whether matrices are converted to fp8 at load, `ep`
+// whether each rank holds whole experts (expert parallelism).
 std::optional<Shard> make_shard(const ModelConfig& c, const std::shared_ptr<Communicator>& comm,
-                                bool fp8) {
+                                bool fp8, bool ep) {
   if (!comm || comm->size() == 1) return std::nullopt;
-  return Shard{comm, make_shard_plan(c, comm->rank(), comm->size(), scale_block(c, fp8))};
+  return Shard{comm, make_shard_plan(c, comm->rank(), comm->size(), scale_block(c, fp8), ep)};
 }
 }  // namespace
 
@@ -237,7 +243,8 @@ std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Bac
   size_t ignored = 0;
   for (const std::string& n : ck->tensor_names()) ignored += n.rfind("model.visual.", 0) == 0;
   if (ignored) log_info("ignoring ", ignored, " vision-tower tensors (model.visual.*)");
-  std::optional<Shard> shard = make_shard(config, options.comm, options.fp8);
+  std::optional<Shard> shard =
+      make_shard(config, options.comm, options.fp8, options.expert_parallel);
   ModelWeights weights = load_weights(config, ck, options);
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
@@ -248,10 +255,10 @@ std::unique_ptr<Model> Model::load(const std::string& model, std::shared_ptr<Bac
 
 std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
                                     std::shared_ptr<Backend> backend, uint64_t seed,
-                                    std::shared_ptr<Communicator> comm) {
+                                    std::shared_ptr<Communicator> comm, bool expert_parallel) {
   ModelConfig config = parse_model_config(read_text_file(config_path), config_path);
   // Every rank makes the same whole model and keeps its part.
-  std::optional<Shard> shard = make_shard(config, comm, dtype == DType::f8_e4m3);
+  std::optional<Shard> shard = make_shard(config, comm, dtype == DType::f8_e4m3, expert_parallel);
   ModelWeights weights = make_dummy_weights(config, dtype, seed);
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
@@ -317,6 +324,29 @@ void Model::copy_recurrent_slot(const StateViews& state, int32_t from, int32_t t
     end_ranks_after(*tp_, e);
   }
   tp_->broken = false;
+}
+
+namespace {
+// This rank's part of a block move: a failure (an exception included) is a `false` the ranks
+// agree on, never a reason to leave the others waiting.
+bool move_here(BlockMover* mover, const BlockMove& m, const StateViews& state) {
+  if (!mover) return false;
+  try {
+    return mover->move(m, state);
+  } catch (const std::exception& e) {
+    log_warn("a state block move failed on this rank: ", e.what());
+    return false;
+  }
+}
+}  // namespace
+
+bool Model::move_block(const StateViews& state, BlockMover& mover, const BlockMove& m) const {
+  if (!tp_) return mover.move(m, state);
+  begin_leading_pass(*tp_);
+  send_block_move(*tp_->comm, state, m);
+  const bool ok = agree_on(*tp_->comm, move_here(&mover, m, state));
+  tp_->broken = false;
+  return ok;
 }
 
 void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state,
@@ -398,7 +428,8 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
                options.want_hidden, tp_.get(), out);
 }
 
-void Model::follow(const std::function<const StateViews&(const StateGeometry&)>& state) const {
+void Model::follow(const std::function<const StateViews&(const StateGeometry&)>& state,
+                   BlockMover* mover) const {
   check(tp_ && !tp_->leader(), ErrorKind::internal, "follow() is for the ranks other than 0");
   ReceivedStep step;
   ForwardOutput out;
@@ -406,6 +437,10 @@ void Model::follow(const std::function<const StateViews&(const StateGeometry&)>&
     const StateViews& views = state(step.geometry);
     if (step.copy) {
       copy_slot_locally(*backend_, views, step.copy_from, step.copy_to);
+      continue;
+    }
+    if (step.block_move) {
+      agree_on(*tp_->comm, move_here(mover, step.move, views));
       continue;
     }
     for (const SequenceInput& s : step.seqs) {
@@ -517,7 +552,8 @@ int64_t Model::parameter_count() const {
 
 size_t Model::bytes_per_token() const {
   // One embedding row, every dense matrix, experts_per_token of each MoE layer's experts (they
-  // are equal in size), and the lm_head.
+  // are equal in size; with expert parallelism the rank's expected share of them), and the
+  // lm_head.
   size_t b = weights_.embed.nbytes() / static_cast<size_t>(config_.vocab_size);
   b += weights_.lm_head.nbytes();
   for (const LayerWeights& l : weights_.layers) {
@@ -526,7 +562,9 @@ size_t Model::bytes_per_token() const {
       if (role == MatrixRole::dense) b += w.nbytes(); else experts += w.nbytes();
     });
     if (!l.moe.experts.gate.empty()) {
-      b += experts / l.moe.experts.gate.size() * static_cast<size_t>(config_.experts_per_token);
+      const size_t one = experts / l.moe.experts.gate.size();
+      b += one * static_cast<size_t>(config_.experts_per_token) * l.moe.experts.gate.size() /
+           static_cast<size_t>(config_.num_experts);
     }
   }
   return b;

@@ -80,6 +80,9 @@ class BackendStateOps final : public StateOps {
  public:
   explicit BackendStateOps(Backend& backend) : backend_(backend) {}
   void copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const override;
+  bool move_block(const StateViews& state, BlockMover& mover, const BlockMove& m) const override {
+    return mover.move(m, state);
+  }
 
  private:
   Backend& backend_;
@@ -97,10 +100,11 @@ class Model final : public StateOps {
   static std::unique_ptr<Model> load(const std::string& model, std::shared_ptr<Backend> backend,
                                      const LoadOptions& options = {});
   // A model of `config_path`'s shapes with random weights (this rank's part of them with a
-  // communicator of more than one rank).
+  // communicator of more than one rank; whole experts per rank with `expert_parallel`).
   static std::unique_ptr<Model> dummy(const std::string& config_path, DType dtype,
                                       std::shared_ptr<Backend> backend, uint64_t seed = 1,
-                                      std::shared_ptr<Communicator> comm = nullptr);
+                                      std::shared_ptr<Communicator> comm = nullptr,
+                                      bool expert_parallel = false);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -119,6 +123,9 @@ class Model final : public StateOps {
                    ForwardOutput& out) const;
   // On a tensor-parallel model rank 0 announces the copy and every rank makes it on its shard.
   void copy_recurrent_slot(const StateViews& state, int32_t from, int32_t to) const override;
+  // On a tensor-parallel model rank 0 announces the move, every rank makes it with its own
+  // mover, and all agree on the result (a collective).
+  bool move_block(const StateViews& state, BlockMover& mover, const BlockMove& m) const override;
 
   // Parameter count (all weights, experts included) and bytes read per decoded token at
   // batch 1 (embedding row + every dense matrix + the active experts + lm_head); this rank's
@@ -126,7 +133,8 @@ class Model final : public StateOps {
   int64_t parameter_count() const;
   size_t bytes_per_token() const;
   // Identifies the weights (dtype, shape and sampled bytes of every tensor, plus the config
-  // shape): stored state is only reused by a model with the same fingerprint.
+  // shape) and, with tensor parallelism, the shard (rank and ranks): stored state is only
+  // reused by a model with the same fingerprint.
   uint64_t fingerprint() const { return fingerprint_; }
   // Decode steps run by replaying a recorded graph (0 on backends without graphs).
   int64_t decode_graph_replays() const;
@@ -140,10 +148,12 @@ class Model final : public StateOps {
   // its model is destroyed. `state` gives the views of a pool of rank 0's geometry (it is asked
   // again when that changes); a sequence that starts at position 0 gets its recurrent slot
   // cleared first, as rank 0's pool clears it when handing it out; the copies rank 0 makes
-  // through copy_recurrent_slot() are made here too, in the same order. Rank 0 must drive the
-  // model from one pool at a time, and must not move state in other ways (the host and SSD tiers
-  // of the prefix cache copy blocks out of and into the pool: not mirrored).
-  void follow(const std::function<const StateViews&(const StateGeometry&)>& state) const;
+  // through copy_recurrent_slot() are made here too, in the same order, and the block moves
+  // of move_block() are made with `mover` (none: every move fails, which every rank then
+  // agrees on). Rank 0 must drive the model from one pool at a time, and must not move state
+  // in other ways.
+  void follow(const std::function<const StateViews&(const StateGeometry&)>& state,
+              BlockMover* mover = nullptr) const;
   // Rank 0: tells the other ranks that no more passes come (also done by the destructor).
   // False when it cannot: a pass failed part-way and left the ranks out of step (end them with
   // Communicator::abort).

@@ -43,7 +43,8 @@ HeadSplit split_heads(int64_t heads, int64_t kv_heads, int rank, int ranks, cons
   return s;
 }
 
-ShardPlan make_shard_plan(const ModelConfig& c, int rank, int ranks, int64_t block) {
+ShardPlan make_shard_plan(const ModelConfig& c, int rank, int ranks, int64_t block,
+                          bool expert_parallel) {
   check(ranks >= 1 && rank >= 0 && rank < ranks, ErrorKind::invalid_argument,
         "rank " + std::to_string(rank) + " of " + std::to_string(ranks));
   ShardPlan p;
@@ -66,7 +67,23 @@ ShardPlan make_shard_plan(const ModelConfig& c, int rank, int ranks, int64_t blo
   };
   const bool dense = std::count(c.ffns.begin(), c.ffns.end(), FfnKind::dense) > 0;
   if (dense) p.mlp = part(c.intermediate_size, "the MLP intermediate size");
-  p.expert = part(c.moe_intermediate_size, "the expert intermediate size");
+  p.experts = {0, c.num_experts};
+  p.expert_parallel = expert_parallel;
+  if (expert_parallel) {
+    const bool moe = std::count(c.ffns.begin(), c.ffns.end(), FfnKind::moe) > 0;
+    check(moe && c.num_experts > 0, ErrorKind::invalid_argument,
+          "expert parallelism (--ep) needs a model with MoE layers; this one has none");
+    check(c.num_experts % ranks == 0, ErrorKind::invalid_argument,
+          "cannot split " + std::to_string(c.num_experts) + " experts over " +
+              std::to_string(ranks) +
+              " ranks: expert parallelism (--ep) needs a number of experts that the ranks "
+              "divide");
+    const int64_t per = c.num_experts / ranks;
+    p.experts = {rank * per, (rank + 1) * per};
+    p.expert = {0, c.moe_intermediate_size};  // whole experts
+  } else {
+    p.expert = part(c.moe_intermediate_size, "the expert intermediate size");
+  }
   p.shared_expert = part(c.shared_expert_intermediate_size, "the shared expert intermediate size");
   p.vocab = part(c.vocab_size, "the vocabulary");
   return p;
@@ -77,8 +94,10 @@ int64_t scale_block(const ModelConfig& c, bool fp8_weights) {
   return std::max<int64_t>({1, c.fp8_block_rows, c.fp8_block_cols});
 }
 
-void check_shardable(const ModelConfig& c, int ranks, bool fp8_weights) {
-  for (int r = 0; r < ranks; ++r) make_shard_plan(c, r, ranks, scale_block(c, fp8_weights));
+void check_shardable(const ModelConfig& c, int ranks, bool fp8_weights, bool expert_parallel) {
+  for (int r = 0; r < ranks; ++r) {
+    make_shard_plan(c, r, ranks, scale_block(c, fp8_weights), expert_parallel);
+  }
 }
 
 ModelConfig shard_config(const ModelConfig& c, const ShardPlan& plan) {

@@ -169,6 +169,17 @@ class Cutter {
   }
 
   void moe(MoeWeights& m) {
+    if (plan_.expert_parallel) {  // only the rank's block of whole experts
+      const Range keep = plan_.experts;
+      check(m.first_expert == 0 && static_cast<int64_t>(m.experts.gate.size()) == c_.num_experts &&
+                keep.end <= c_.num_experts,
+            ErrorKind::internal, "expert parallelism: the MoE layer does not hold every expert");
+      for (std::vector<Weight>* list : {&m.experts.gate, &m.experts.up, &m.experts.down}) {
+        *list = std::vector<Weight>(list->begin() + keep.begin, list->begin() + keep.end);
+      }
+      m.experts.gate_up.clear();  // stacked on a GPU only, after this
+      m.first_expert = keep.begin;
+    }
     for (size_t e = 0; e < m.experts.gate.size(); ++e) {
       m.experts.gate[e] = rows(m.experts.gate[e], {plan_.expert}, "an expert's gate_proj");
       m.experts.up[e] = rows(m.experts.up[e], {plan_.expert}, "an expert's up_proj");

@@ -1,9 +1,11 @@
-// The message is one broadcast of its length, then one of int64 values:
+// The message is one broadcast of its length (broadcast_idle: the other ranks wait there while
+// rank 0 is idle, without keeping a core busy), then one of int64 values:
 // [kind, gdn_mode, want_hidden, page_size, pages, slots, hidden values, sequences,
 //  per sequence: tokens, start_pos, pages, slot, logits mode, snapshots,
 //  then every sequence's token ids, page ids and snapshot slots in that order],
 // then, for a pass of the MTP head, one broadcast of its hidden rows (f32, bit for bit).
-// A slot copy is the same header with no sequences, followed by [from, to].
+// A slot copy is the same header with no sequences, followed by [from, to]; a block move the
+// same, followed by [op, key hi, key lo, kind, index, setup length, one value per setup byte].
 #include "model/step_message.h"
 
 #include "core/error.h"
@@ -15,7 +17,8 @@ namespace {
 constexpr int64_t kStop = -1;   // the length that means stop
 constexpr int64_t kHeader = 8;  // values before the first sequence's
 constexpr int64_t kFields = 6;  // values per sequence
-enum Kind : int64_t { kForward = 0, kMtp = 1, kCopySlot = 2 };
+enum Kind : int64_t { kForward = 0, kMtp = 1, kCopySlot = 2, kBlockMove = 3 };
+constexpr int64_t kMoveFields = 6;  // block move values before the setup bytes
 
 void send(Communicator& comm, Kind kind, std::span<const SequenceInput> seqs,
           const ForwardOptions& options, const StateViews& state, std::span<const float> hidden,
@@ -40,7 +43,7 @@ void send(Communicator& comm, Kind kind, std::span<const SequenceInput> seqs,
   }
   m.insert(m.end(), extra.begin(), extra.end());
   int64_t length = static_cast<int64_t>(m.size());
-  comm.broadcast(&length, sizeof length, 0);
+  comm.broadcast_idle(&length, sizeof length, 0);
   comm.broadcast(m.data(), m.size() * sizeof(int64_t), 0);
   if (!hidden.empty()) {
     comm.broadcast(const_cast<float*>(hidden.data()), hidden.size() * sizeof(float), 0);
@@ -74,21 +77,39 @@ void send_copy_slot(Communicator& comm, const StateViews& state, int32_t from, i
   send(comm, kCopySlot, {}, ForwardOptions{}, state, {}, slots);
 }
 
+void send_block_move(Communicator& comm, const StateViews& state, const BlockMove& move) {
+  std::vector<int64_t> v = {static_cast<int64_t>(move.op),
+                            static_cast<int64_t>(move.key_hi),
+                            static_cast<int64_t>(move.key_lo),
+                            move.kind,
+                            move.index,
+                            static_cast<int64_t>(move.setup.size())};
+  for (char c : move.setup) v.push_back(static_cast<unsigned char>(c));
+  send(comm, kBlockMove, {}, ForwardOptions{}, state, {}, v);
+}
+
+bool agree_on(Communicator& comm, bool ok) {
+  float failed = ok ? 0.0f : 1.0f;  // host memory: every communicator takes it
+  comm.all_reduce_sum(&failed, 1);
+  return failed == 0.0f;
+}
+
 void send_stop(Communicator& comm) {
   int64_t length = kStop;
-  comm.broadcast(&length, sizeof length, 0);
+  comm.broadcast_idle(&length, sizeof length, 0);
 }
 
 bool receive_step(Communicator& comm, ReceivedStep& step) {
   std::vector<int64_t> m;
   int64_t length = 0;
-  comm.broadcast(&length, sizeof length, 0);
+  comm.broadcast_idle(&length, sizeof length, 0);
   if (length == kStop) return false;
   check(length >= kHeader, ErrorKind::internal, "a tensor-parallel step message too short");
   m.resize(static_cast<size_t>(length));
   comm.broadcast(m.data(), m.size() * sizeof(int64_t), 0);
   step.mtp = m[0] == kMtp;
   step.copy = m[0] == kCopySlot;
+  step.block_move = m[0] == kBlockMove;
   step.options.gdn_mode = static_cast<GdnMode>(m[1]);
   step.options.want_hidden = m[2] != 0;
   step.geometry = {m[3], m[4], m[5]};
@@ -97,6 +118,22 @@ bool receive_step(Communicator& comm, ReceivedStep& step) {
           "a tensor-parallel slot copy message of the wrong length");
     step.copy_from = static_cast<int32_t>(m[kHeader]);
     step.copy_to = static_cast<int32_t>(m[kHeader + 1]);
+    step.seqs.clear();
+    step.mtp_seqs.clear();
+    return true;
+  }
+  if (step.block_move) {
+    check(length >= kHeader + kMoveFields && m[6] == 0 && m[7] == 0 &&
+              length == kHeader + kMoveFields + m[kHeader + 5],
+          ErrorKind::internal, "a tensor-parallel block move message of the wrong length");
+    const int64_t* v = m.data() + kHeader;
+    step.move.op = static_cast<BlockMove::Op>(v[0]);
+    step.move.key_hi = static_cast<uint64_t>(v[1]);
+    step.move.key_lo = static_cast<uint64_t>(v[2]);
+    step.move.kind = static_cast<uint32_t>(v[3]);
+    step.move.index = static_cast<int32_t>(v[4]);
+    step.move.setup.assign(static_cast<size_t>(v[5]), '\0');
+    for (int64_t i = 0; i < v[5]; ++i) step.move.setup[i] = static_cast<char>(v[kMoveFields + i]);
     step.seqs.clear();
     step.mtp_seqs.clear();
     return true;

@@ -19,6 +19,10 @@ void send_step(Communicator& comm, std::span<const SequenceInput> seqs,
 void send_mtp_step(Communicator& comm, std::span<const MtpInput> seqs, const StateViews& state);
 // Rank 0: announces a copy of recurrent slot `from` to slot `to` (Model::copy_recurrent_slot).
 void send_copy_slot(Communicator& comm, const StateViews& state, int32_t from, int32_t to);
+// Rank 0: announces a block move (Model::move_block); every rank then joins agree_on().
+void send_block_move(Communicator& comm, const StateViews& state, const BlockMove& move);
+// Every rank, after a block move: true when it succeeded on every rank (`ok` is this rank's).
+bool agree_on(Communicator& comm, bool ok);
 // Rank 0: announces that no more passes come.
 void send_stop(Communicator& comm);
 
@@ -27,6 +31,8 @@ struct ReceivedStep {
   bool mtp = false;   // a pass of the MTP head (mtp_seqs), else of the model (seqs)
   bool copy = false;  // no pass: recurrent slot copy_from is copied to copy_to
   int32_t copy_from = -1, copy_to = -1;
+  bool block_move = false;  // no pass: `move` is made, then the ranks agree_on() its result
+  BlockMove move;
   std::vector<SequenceInput> seqs;  // the MTP head's sequences too, as mtp_seqs come from them
   std::vector<MtpInput> mtp_seqs;
   ForwardOptions options;

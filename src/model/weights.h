@@ -44,6 +44,9 @@ struct MlpWeights {
 struct MoeWeights {
   Weight router;
   ExpertWeights experts;
+  // experts.gate[i] is routed expert first_expert + i. All E experts from 0 without expert
+  // parallelism; with it, this rank's block (the router still scores all E).
+  int64_t first_expert = 0;
   MlpWeights shared;   // empty when the family has no shared expert
   Weight shared_gate;  // [1, hidden]
 };
@@ -100,6 +103,7 @@ struct LoadOptions {
   bool fp8 = false;  // convert bf16/f16/f32 matrices to fp8 at load (--weights fp8)
   // Tensor parallelism: with more than one rank, Model::load keeps only this rank's shard.
   std::shared_ptr<Communicator> comm;
+  bool expert_parallel = false;  // with comm: each rank holds E / ranks whole experts (--ep)
 };
 
 // Reads every tensor the config needs from the checkpoint, checking names, shapes and dtypes.

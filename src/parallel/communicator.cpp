@@ -71,7 +71,38 @@ std::string tp_unavailable_reason(Device device, int ranks) {
                                nccl && nccl_available() ? visible_gpus() : 0);
 }
 
-std::unique_ptr<Communicator> make_rank_communicator(Device device, StreamSource stream) {
+std::string node_unavailable_reason(int ranks, int nnodes, bool have_nccl, int gpus) {
+  if (!have_nccl) {
+    return "--nnodes " + std::to_string(nnodes) +
+           " needs the NCCL communicator, and this hibana was built without it (it needs CUDA, "
+           "NCCL's nccl.h and libnccl, and MPI when configured)";
+  }
+  const int local = ranks / std::max(1, nnodes);
+  if (gpus < local) {
+    return "--tp " + std::to_string(ranks) + " over --nnodes " + std::to_string(nnodes) + " runs " +
+           std::to_string(local) + (local == 1 ? " rank" : " ranks") +
+           " on each host, one per GPU, and needs " + std::to_string(local) +
+           (local == 1 ? " GPU" : " GPUs") + "; this process sees " + std::to_string(gpus) +
+           " (CUDA_VISIBLE_DEVICES applies)";
+  }
+  return {};
+}
+
+std::string node_unavailable_reason(int ranks, int nnodes) {
+  return node_unavailable_reason(ranks, nnodes, nccl_available(),
+                                 nccl_available() ? visible_gpus() : 0);
+}
+
+std::unique_ptr<Communicator> make_rank_communicator(Device device, StreamSource stream,
+                                                     const NodeGroup& nodes) {
+  if (nodes.nnodes > 1) {
+    check(device == Device::cuda, ErrorKind::unsupported,
+          "a run across hosts (--nnodes) needs --device cuda (NCCL)");
+    // This node's ranks; one rank needs no MPI job.
+    std::shared_ptr<Communicator> local =
+        nodes.ranks / nodes.nnodes > 1 ? make_mpi_communicator() : make_single_communicator();
+    return make_nccl_communicator(std::move(local), stream, nodes);
+  }
   if (device != Device::cuda) return make_mpi_communicator();
   // NCCL's unique id travels from rank 0 over the MPI job the ranks were started as.
   std::shared_ptr<Communicator> bootstrap = make_mpi_communicator();

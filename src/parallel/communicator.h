@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "parallel/rendezvous.h"
 
 namespace hibana {
 
@@ -36,6 +37,12 @@ class Communicator {
   virtual void all_gather(const float* send, float* recv, std::span<const int64_t> counts) = 0;
   // data <- root's `bytes` bytes at data, on every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // broadcast() of a message the other ranks may wait long for (a follower waiting for rank 0's
+  // next step): where the implementation can, a waiting rank polls with growing sleeps (up to
+  // about 1 ms) after a short busy spell instead of keeping a core busy. Every rank must use
+  // broadcast_idle() for the same message (MPI matches a non-blocking broadcast only with
+  // non-blocking ones). The default is broadcast().
+  virtual void broadcast_idle(void* data, size_t bytes, int root) { broadcast(data, bytes, root); }
   virtual void barrier() = 0;
   // Ends the process of every rank with `code`: after an error on one rank the others would
   // wait in a collective forever.
@@ -66,9 +73,13 @@ using StreamSource = void* (*)();
 // One GPU rank of the MPI job `bootstrap` belongs to: selects GPU local_rank(), gets NCCL's
 // unique id from rank 0 through `bootstrap` and joins the NCCL communicator of all its ranks
 // (NCCL_NVLS_ENABLE defaults to 0 here). Buffers in host memory go through `bootstrap`.
-// Throws Error(unsupported) in a build without NCCL.
+// With `nodes.nnodes` > 1, `bootstrap` holds this node's ranks only: this rank is rank
+// node_rank * bootstrap->size() + bootstrap->rank() of nnodes * bootstrap->size(), the id comes
+// from node 0 through the rendezvous (rendezvous.h), and host buffers go through NCCL too,
+// staged in device memory. Throws Error(unsupported) in a build without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> bootstrap,
-                                                     StreamSource stream);
+                                                     StreamSource stream,
+                                                     const NodeGroup& nodes = {});
 
 // Sets NCCL_NVLS_ENABLE=0 (NVLink multicast off) unless the environment already sets it.
 void default_nccl_environment();
@@ -85,8 +96,16 @@ std::string tp_unavailable_reason(Device device, int ranks, bool have_mpi, bool 
                                   int gpus);
 // The same for this build and this machine.
 std::string tp_unavailable_reason(Device device, int ranks);
+// Why one node of a run across `nnodes` hosts (`ranks` over all of them, as many on each, one
+// per GPU) cannot run given the build and how many GPUs this host shows, or "" when it can.
+std::string node_unavailable_reason(int ranks, int nnodes, bool have_nccl, int gpus);
+// The same for this build and this machine.
+std::string node_unavailable_reason(int ranks, int nnodes);
 // The communicator of this rank of a `--tp` job whose model runs on `device` (MPI, or NCCL over
-// MPI with `stream` for the device collectives).
-std::unique_ptr<Communicator> make_rank_communicator(Device device, StreamSource stream);
+// MPI with `stream` for the device collectives). With `nodes.nnodes` > 1 (NCCL only), this
+// node's ranks are an MPI job (the single communicator when the node runs one rank) and the
+// nodes meet through the rendezvous.
+std::unique_ptr<Communicator> make_rank_communicator(Device device, StreamSource stream,
+                                                     const NodeGroup& nodes = {});
 
 }  // namespace hibana

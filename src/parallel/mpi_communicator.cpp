@@ -1,8 +1,11 @@
 // The MPI communicator: ranks are processes (of one host, for now), buffers live in host memory.
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -77,6 +80,32 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(void* data, size_t bytes, int root) override {
     MPI_Bcast(data, as_count(static_cast<int64_t>(bytes)), MPI_BYTE, root, comm_);
+  }
+
+  // MPI_Bcast spins (Open MPI polls until the message comes), so an idle follower would keep a
+  // core busy. Here the root sends as usual; the others test the non-blocking broadcast in a
+  // tight loop for kSpin (steps that follow each other closely wait no longer than with
+  // MPI_Bcast), then sleep between tests, from kFirstSleep doubling up to kLongestSleep.
+  void broadcast_idle(void* data, size_t bytes, int root) override {
+    MPI_Request request;
+    MPI_Ibcast(data, as_count(static_cast<int64_t>(bytes)), MPI_BYTE, root, comm_, &request);
+    if (rank_ == root) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      return;
+    }
+    using Clock = std::chrono::steady_clock;
+    constexpr auto kSpin = std::chrono::microseconds(2000);
+    constexpr auto kFirstSleep = std::chrono::microseconds(20);
+    constexpr auto kLongestSleep = std::chrono::microseconds(1000);
+    const Clock::time_point start = Clock::now();
+    auto sleep = kFirstSleep;
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (Clock::now() - start < kSpin) continue;
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, kLongestSleep);
+    }
   }
 
   void barrier() override { MPI_Barrier(comm_); }

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/launch.h"
+#include "parallel/rendezvous.h"
 
 namespace hibana {
 
@@ -30,15 +31,7 @@ namespace {
 constexpr const char* kRelaunched = "HIBANA_TP_RELAUNCHED";
 
 std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t at = 0; at < all.size();) {
-    size_t end = all.find('\0', at);
-    if (end == std::string::npos) end = all.size();
-    args.push_back(all.substr(at, end - at));
-    at = end + 1;
-  }
+  std::vector<std::string> args = process_arguments();
   check(!args.empty(), ErrorKind::io, "cannot read this process's arguments (/proc/self/cmdline)");
   return args;
 }

@@ -10,7 +10,8 @@ bool nccl_available() {
 int visible_gpus() {
   return 0;
 }
-std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator>, StreamSource) {
+std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator>, StreamSource,
+                                                     const NodeGroup&) {
   throw Error(ErrorKind::unsupported,
               "this hibana was built without the NCCL communicator (CUDA, NCCL's nccl.h and "
               "libnccl, and MPI must all be found when it is configured)");

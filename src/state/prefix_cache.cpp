@@ -25,6 +25,7 @@ PrefixCache::PrefixCache(StatePool& pool, const StateOps& ops, uint64_t fingerpr
       hybrid_(pool.spec().deltanet_layers > 0),
       free_checkpoint_slots_(hybrid_ ? checkpoint_slots : 0),
       lower_(lower),
+      mover_(lower),
       costs_(costs) {}
 
 PrefixCache::PrefixCache(StatePool& pool, Backend& backend, uint64_t fingerprint,
@@ -39,81 +40,21 @@ PrefixCache::PrefixCache(StatePool& pool, std::unique_ptr<StateOps> own, uint64_
 }
 
 size_t PrefixCache::page_bytes() const {
-  size_t b = 0;
-  for (const Tensor& t : pool_.views().k_pages)
-    b += 2 * t.nbytes() / static_cast<size_t>(t.shape[0]);
-  return b;
+  return PoolBlockMover::page_bytes(pool_.views());
 }
 
 size_t PrefixCache::slot_bytes() const {
-  size_t b = 0;
-  const StateViews& v = pool_.views();
-  for (size_t l = 0; l < v.conv.size(); ++l) {
-    b += v.conv[l].nbytes() / static_cast<size_t>(v.conv[l].shape[0]);
-    b += v.ssm[l].nbytes() / static_cast<size_t>(v.ssm[l].shape[0]);
-  }
-  return b;
+  return PoolBlockMover::slot_bytes(pool_.views());
 }
 
-// Blocks are copied between the pool (host memory on the CPU backend, device memory on CUDA)
-// and host buffers one layer at a time. A copy stream with pinned staging would overlap these
-// copies with compute; today they are synchronous.
-std::vector<uint8_t> PrefixCache::pack_page(int32_t page) const {
-  std::vector<uint8_t> out;
-  out.reserve(page_bytes());
-  const StateViews& v = pool_.views();
-  for (size_t l = 0; l < v.k_pages.size(); ++l) {
-    for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
-      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * page;
-      out.resize(out.size() + per);
-      copy_bytes(out.data() + out.size() - per, Device::cpu, src, t->device, per);
-    }
-  }
-  return out;
-}
-
-void PrefixCache::unpack_page(std::span<const uint8_t> bytes, int32_t page) {
-  const StateViews& v = pool_.views();
-  size_t off = 0;
-  for (size_t l = 0; l < v.k_pages.size(); ++l) {
-    for (const Tensor* t : {&v.k_pages[l], &v.v_pages[l]}) {
-      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      copy_bytes(static_cast<uint8_t*>(t->data) + per * page, t->device, bytes.data() + off,
-                 Device::cpu, per);
-      off += per;
-    }
-  }
-}
-
-std::vector<uint8_t> PrefixCache::pack_slot(int32_t slot) const {
-  std::vector<uint8_t> out;
-  out.reserve(slot_bytes());
-  const StateViews& v = pool_.views();
-  for (size_t l = 0; l < v.conv.size(); ++l) {
-    for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
-      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      const uint8_t* src = static_cast<const uint8_t*>(t->data) + per * slot;
-      out.resize(out.size() + per);
-      copy_bytes(out.data() + out.size() - per, Device::cpu, src, t->device, per);
-    }
-  }
-  return out;
-}
-
-bool PrefixCache::unpack_slot(std::span<const uint8_t> bytes, int32_t slot) {
-  if (bytes.size() != slot_bytes()) return false;
-  const StateViews& v = pool_.views();
-  size_t off = 0;
-  for (size_t l = 0; l < v.conv.size(); ++l) {
-    for (const Tensor* t : {&v.conv[l], &v.ssm[l]}) {
-      const size_t per = t->nbytes() / static_cast<size_t>(t->shape[0]);
-      copy_bytes(static_cast<uint8_t*>(t->data) + per * slot, t->device, bytes.data() + off,
-                 Device::cpu, per);
-      off += per;
-    }
-  }
-  return true;
+bool PrefixCache::move(BlockMove::Op op, const BlockKey& key, uint32_t kind, int32_t index) {
+  BlockMove m;
+  m.op = op;
+  m.key_hi = key.hi;
+  m.key_lo = key.lo;
+  m.kind = kind;
+  m.index = index;
+  return ops_.move_block(pool_.views(), mover_, m);
 }
 
 bool PrefixCache::held_below(bool claimed, const BlockKey& key) const {
@@ -127,18 +68,16 @@ void PrefixCache::spill(const BlockKey& key, Node& node) {
   node.kv_on_ssd = held_below(node.kv_on_ssd, key);
   node.checkpoint_on_ssd = held_below(node.checkpoint_on_ssd, checkpoint_key(key));
   if (node.page >= 0 && !node.kv_on_ssd) {
-    std::vector<uint8_t> bytes = pack_page(node.page);
-    if (lower_->put(key, kKindKv, bytes)) {
+    if (move(BlockMove::Op::save_page, key, kKindKv, node.page)) {
       node.kv_on_ssd = true;
-      stats_.spilled_bytes += bytes.size();
+      stats_.spilled_bytes += page_bytes();
       ++stats_.spilled_blocks;
     }
   }
   if (node.checkpoint >= 0 && !node.checkpoint_on_ssd) {
-    std::vector<uint8_t> bytes = pack_slot(node.checkpoint);
-    if (lower_->put(checkpoint_key(key), kKindCheckpoint, bytes)) {
+    if (move(BlockMove::Op::save_slot, checkpoint_key(key), kKindCheckpoint, node.checkpoint)) {
       node.checkpoint_on_ssd = true;
-      stats_.spilled_bytes += bytes.size();
+      stats_.spilled_bytes += slot_bytes();
     }
   }
 }
@@ -265,16 +204,21 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
     const Level& lv = levels[i];
     auto it = nodes_.find(lv.key);
     if (it == nodes_.end() || it->second.page < 0) {
-      // Bring the block back from the SSD tier into a fresh page.
+      // Bring the block back from the SSD tier into a fresh page (on every rank of a
+      // tensor-parallel model, which all agree that it came back before it is used).
       if (pool_.free_pages() == 0) evict_pages(1);
-      std::optional<std::vector<uint8_t>> bytes;
-      if (pool_.free_pages() > 0) bytes = lower_->get(lv.key, kKindKv);
-      if (!bytes || bytes->size() != page_bytes()) {
-        target = i;  // corrupt, evicted meanwhile or no room: stop here
+      if (pool_.free_pages() == 0) {
+        target = i;  // no room: stop here
         break;
       }
       const int32_t page = pool_.alloc_page();
-      unpack_page(*bytes, page);
+      if (!move(BlockMove::Op::load_page, lv.key, kKindKv, page)) {
+        // Corrupt or gone (on some rank): no rank keeps it, and the chain stops here.
+        pool_.free_page(page);
+        move(BlockMove::Op::forget, lv.key, kKindKv, -1);
+        target = i;
+        break;
+      }
       auto [nit, fresh] = nodes_.try_emplace(lv.key);
       Node& node = nit->second;
       if (fresh) {
@@ -287,7 +231,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
       node.kv_on_ssd = true;
       ++stats_.pages;
       ++stats_.restored_blocks;
-      stats_.restored_bytes += bytes->size();
+      stats_.restored_bytes += page_bytes();
       restored += static_cast<uint64_t>(ps);
       from_below[i] = true;
       it = nit;
@@ -306,17 +250,17 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens) {
       if (node.checkpoint >= 0) {
         chosen = d;
       } else if (levels[d - 1].ckpt_ssd) {
+        const BlockKey ck = checkpoint_key(levels[d - 1].key);
         int32_t slot = take_checkpoint_slot();
-        std::optional<std::vector<uint8_t>> bytes;
-        if (slot >= 0) bytes = lower_->get(checkpoint_key(levels[d - 1].key), kKindCheckpoint);
-        if (bytes && unpack_slot(*bytes, slot)) {
+        if (slot >= 0 && move(BlockMove::Op::load_slot, ck, kKindCheckpoint, slot)) {
           node.checkpoint = slot;
           node.checkpoint_on_ssd = true;
           ++stats_.checkpoints;
-          stats_.restored_bytes += bytes->size();
+          stats_.restored_bytes += slot_bytes();
           chosen = d;
         } else if (slot >= 0) {
           spare_slots_.push_back(slot);
+          move(BlockMove::Op::forget, ck, kKindCheckpoint, -1);
         }
       }
     }
@@ -362,9 +306,9 @@ int32_t PrefixCache::take_checkpoint_slot() {
   if (!victim) return -1;
   // Write-back before the slot is reused.
   if (lower_ && !held_below(victim->checkpoint_on_ssd, checkpoint_key(*victim_key))) {
-    std::vector<uint8_t> bytes = pack_slot(victim->checkpoint);
-    if (lower_->put(checkpoint_key(*victim_key), kKindCheckpoint, bytes)) {
-      stats_.spilled_bytes += bytes.size();
+    if (move(BlockMove::Op::save_slot, checkpoint_key(*victim_key), kKindCheckpoint,
+             victim->checkpoint)) {
+      stats_.spilled_bytes += slot_bytes();
     }
   }
   int32_t s = victim->checkpoint;

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "state/block_key.h"
 #include "state/block_store.h"
+#include "state/pool_block_mover.h"
 #include "state/state_pool.h"
 
 namespace hibana {
@@ -56,8 +57,10 @@ struct TierCosts {
 class PrefixCache {
  public:
   // `checkpoint_slots` recurrent slots of the pool are reserved for checkpoints; checkpoints are
-  // copied through `ops` (the model, so that every tensor-parallel rank copies its shard). The
-  // lower tiers copy the pool's bytes directly: a tensor-parallel model cannot have them yet.
+  // copied, and blocks moved to and from the lower tiers, through `ops` (the model, so that
+  // every tensor-parallel rank copies its shard and moves it to and from its own tiers, which
+  // the code following rank 0 makes: this cache decides, the ranks carry out). `lower` is the
+  // decisions' view of the tiers: rank 0's.
   PrefixCache(StatePool& pool, const StateOps& ops, uint64_t fingerprint, int64_t checkpoint_slots,
               BlockStore* lower = nullptr, TierCosts costs = {});
   // The same with the backend's own copies (one process: tests, tools).
@@ -123,12 +126,9 @@ class PrefixCache {
     // copy may be gone since, so spill() checks it with the tier before skipping a write.
     bool kv_on_ssd = false, checkpoint_on_ssd = false;
   };
-  // SSD payloads of one block: the K and V rows of every attention layer for its page, and
-  // the recurrent state of every DeltaNet layer.
-  std::vector<uint8_t> pack_page(int32_t page) const;
-  void unpack_page(std::span<const uint8_t> bytes, int32_t page);
-  std::vector<uint8_t> pack_slot(int32_t slot) const;
-  bool unpack_slot(std::span<const uint8_t> bytes, int32_t slot);
+  // Moves a block between the pool and the lower tiers through ops_ (on every rank of a
+  // tensor-parallel model, each into its own tiers); true when it succeeded (everywhere).
+  bool move(BlockMove::Op op, const BlockKey& key, uint32_t kind, int32_t index);
   void spill(const BlockKey& key, Node& node);
   // Whether a lower tier still holds the copy a node's flag claims (`claimed`) under `key`.
   bool held_below(bool claimed, const BlockKey& key) const;
@@ -150,7 +150,8 @@ class PrefixCache {
   int64_t free_checkpoint_slots_;
   std::vector<int32_t> spare_slots_;
   std::unordered_map<BlockKey, Node, BlockKeyHash> nodes_;
-  BlockStore* lower_;  // the tiers below the device pool (host RAM and/or SSD), may be null
+  BlockStore* lower_;     // the tiers below the device pool (host RAM and/or SSD), may be null
+  PoolBlockMover mover_;  // this process's moves to and from lower_
   TierCosts costs_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;

@@ -359,8 +359,15 @@ std::vector<SsdStore::DirSummary> SsdStore::summarize(const std::string& dir) {
   std::error_code ec;
   for (auto& sub : fs::directory_iterator(dir, ec)) {
     const std::string name = sub.path().filename().string();
+    if (sub.is_directory() && name.rfind("rank-", 0) == 0) {  // a tensor-parallel rank's
+      for (DirSummary r : summarize(sub.path().string())) {
+        r.part = name;
+        out.push_back(r);
+      }
+      continue;
+    }
     if (!sub.is_directory() || name.size() != 16) continue;
-    DirSummary s{std::strtoull(name.c_str(), nullptr, 16), 0, 0};
+    DirSummary s{std::strtoull(name.c_str(), nullptr, 16), 0, 0, {}};
     for (auto it = fs::recursive_directory_iterator(sub.path(), ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (it->is_regular_file() && it->path().extension() == ".blk") {

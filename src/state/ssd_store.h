@@ -58,9 +58,11 @@ class SsdStore final : public BlockStore {
   SsdStoreStats stats() const;
 
   // Reads a cache directory's blocks without opening it for writing (`hibana cache stats`):
-  // per model fingerprint, block count and bytes.
+  // per model fingerprint, block count and bytes; those of tensor-parallel ranks (under
+  // dir/rank-R-of-N) too, with `part` naming that subdirectory.
   struct DirSummary {
     uint64_t fingerprint, blocks, bytes;
+    std::string part;  // empty: dir itself
   };
   static std::vector<DirSummary> summarize(const std::string& dir);
   // Deletes every block file under dir (`hibana cache clear`); returns how many.

@@ -181,6 +181,68 @@ TEST(CpuOps, MoeRoutingTopKAndRenormalisation) {
   EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);
 }
 
+// Expert parallelism: each of two ranks keeps its block of experts (ids of the others become -1
+// with weight 0, which moe_experts skips); the ranks' outputs add up to the whole op's.
+TEST(CpuOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
+  const int64_t T = 5, H = 16, I = 8, E = 4, k = 2;
+  std::vector<std::vector<float>> mats;  // keeps the expert matrices alive
+  ExpertWeights all;
+  auto matrix = [&](int64_t rows, int64_t cols) {
+    mats.push_back(
+        randn(static_cast<size_t>(rows * cols), static_cast<uint32_t>(mats.size() + 1), 0.3f));
+    return Weight{Tensor(mats.back().data(), DType::f32, {rows, cols})};
+  };
+  mats.reserve(3 * E);
+  for (int64_t e = 0; e < E; ++e) {
+    all.gate.push_back(matrix(I, H));
+    all.up.push_back(matrix(I, H));
+    all.down.push_back(matrix(H, I));
+  }
+  std::vector<float> x = randn(static_cast<size_t>(T * H), 99);
+  // Tokens 0 and 1 use experts of both ranks, token 2 only rank 0's, tokens 3 and 4 rank 1's.
+  const std::vector<int32_t> ids = {0, 3, 2, 1, 1, 0, 3, 2, 2, 3};
+  const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f};
+  for (auto& be : backends()) {
+    SCOPED_TRACE(be->name());
+    const Tensor xt(x.data(), DType::f32, {T, H});
+    std::vector<float> whole(T * H), sum(T * H, 0.0f);
+    std::vector<int32_t> id = ids;
+    std::vector<float> wt = w;
+    be->moe_experts(xt, Tensor(id.data(), DType::i32, {T, k}),
+                    Tensor(wt.data(), DType::f32, {T, k}), all,
+                    Tensor(whole.data(), DType::f32, {T, H}));
+    for (int64_t first : {0, 2}) {
+      ExpertWeights mine;
+      for (int64_t e = first; e < first + 2; ++e) {
+        mine.gate.push_back(all.gate[e]);
+        mine.up.push_back(all.up[e]);
+        mine.down.push_back(all.down[e]);
+      }
+      id = ids;
+      wt = w;
+      be->moe_keep_experts(Tensor(id.data(), DType::i32, {T, k}),
+                           Tensor(wt.data(), DType::f32, {T, k}), first, 2);
+      for (int64_t i = 0; i < T * k; ++i) {
+        const bool owned = ids[i] >= first && ids[i] < first + 2;
+        EXPECT_EQ(id[i], owned ? ids[i] - first : -1) << "pair " << i;
+        EXPECT_EQ(wt[i], owned ? w[i] : 0.0f) << "pair " << i;
+      }
+      std::vector<float> part(T * H, 7.0f);  // every element written
+      be->moe_experts(xt, Tensor(id.data(), DType::i32, {T, k}),
+                      Tensor(wt.data(), DType::f32, {T, k}), mine,
+                      Tensor(part.data(), DType::f32, {T, H}));
+      for (int64_t i = 0; i < T * H; ++i) sum[i] += part[i];
+      for (int64_t c = 0; c < H; ++c) {
+        EXPECT_NE(part[c], whole[c]);  // token 0: one expert of each rank
+        // Token 2 is all rank 0's (the same additions as the whole op), tokens 3, 4 rank 1's.
+        EXPECT_EQ(part[2 * H + c], first == 0 ? whole[2 * H + c] : 0.0f);
+        EXPECT_EQ(part[3 * H + c], first == 0 ? 0.0f : whole[3 * H + c]);
+      }
+    }
+    for (int64_t i = 0; i < T * H; ++i) EXPECT_NEAR(sum[i], whole[i], 1e-5f) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace hibana
 

@@ -1,6 +1,6 @@
 // `hibana run --tp N` as a user runs it: the command starts N ranks itself (mpirun), and the
 // greedy tokens are the single-rank run's. `serve --tp` is served in
-// tests/server/serve_tensor_parallel_test.cpp; its refusals are here.
+// tests/server/serve_tensor_parallel_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -71,6 +71,35 @@ TEST_F(RunTensorParallel, AModelThatCannotBeSplitFailsBeforeAnyRankStarts) {
   EXPECT_EQ(r.out, "");
 }
 
+// --ep: each rank holds whole experts. Qwen3-MoE's 6 experts: 3 per rank, its dense layer
+// column-split as without --ep.
+TEST_F(RunTensorParallel, ExpertParallelGivesTheSingleRankTokens) {
+  auto single = test::run_hibana(run_args("qwen3_moe", 4));
+  auto ranks = test::run_hibana(run_args("qwen3_moe", 4) + " --tp 2 --ep");
+  ASSERT_EQ(single.status, 0) << single.err;
+  ASSERT_EQ(ranks.status, 0) << ranks.err;
+  EXPECT_EQ(ranks.out, single.out);
+}
+
+TEST_F(RunTensorParallel, ExpertParallelRefusalsComeBeforeAnyRankStarts) {
+  struct Refusal {
+    std::string args, says;
+  };
+  for (const Refusal& r : std::vector<Refusal>{
+           {run_args("qwen3_5_moe", 0) + " --tp 2 --ep",
+            "error: cannot split 5 experts over 2 ranks"},
+           {run_args("qwen3_dense", 0) + " --tp 2 --ep",
+            "error: expert parallelism (--ep) needs a model with MoE layers"},
+           {run_args("qwen3_moe", 0) + " --ep", "error: --ep needs --tp N with N >= 2"}}) {
+    SCOPED_TRACE(r.args);
+    auto out = test::run_hibana(r.args);
+    EXPECT_EQ(out.status, 2);
+    EXPECT_THAT(out.err, HasSubstr(r.says));
+    EXPECT_THAT(out.err, testing::Not(HasSubstr("error (rank")));  // by the launcher, once
+    EXPECT_EQ(out.out, "");
+  }
+}
+
 TEST_F(RunTensorParallel, AnErrorOnRankZeroEndsEveryRank) {
   auto r = test::run_hibana("run --model '" + fixture("qwen3_dense") +
                             "' --prompt-ids 1,2,999 -n 4 --print-ids --tp 2");
@@ -87,18 +116,6 @@ TEST_F(RunTensorParallel, CudaRanksSayWhatIsMissing) {
   EXPECT_THAT(r.err, HasSubstr(nccl_available() ? "needs 2 GPUs; this process sees"
                                                 : "needs the NCCL communicator"));
   EXPECT_EQ(r.out, "");
-}
-
-// serve --tp keeps the prefix cache in the device pool: the host-RAM and SSD tiers are refused
-// before any rank starts, naming the flags (tests/server/serve_tensor_parallel_test.cpp serves).
-TEST_F(RunTensorParallel, ServeRefusesTheHostAndSsdTiers) {
-  for (const char* tier : {"--cache-dir /tmp/hibana-tp-tier", "--host-cache-size 1GiB"}) {
-    SCOPED_TRACE(tier);
-    auto r = test::run_hibana(std::string("serve --port 0 --tp 2 ") + tier);
-    EXPECT_EQ(r.status, 2);
-    EXPECT_THAT(r.err, HasSubstr("drop --cache-dir and --host-cache-size"));
-    EXPECT_THAT(r.err, HasSubstr("not mirrored on the other ranks"));
-  }
 }
 
 }  // namespace

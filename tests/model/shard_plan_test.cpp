@@ -155,5 +155,54 @@ TEST(ShardPlan, SplitsFallOnFp8ScaleBlocks) {
   EXPECT_EQ(make_shard_plan(dense, 1, 2, kFp8Block).mlp, (Range{128, 136}));
 }
 
+// Expert parallelism: each rank a contiguous block of E / N whole experts; the rest of the
+// plan as without it.
+TEST(ShardPlan, ExpertParallelGivesEachRankABlockOfWholeExperts) {
+  const ModelConfig c = fixture_config("qwen3_next");  // 6 experts of 32 columns, shared 48
+  for (int rank = 0; rank < 2; ++rank) {
+    const ShardPlan ep = make_shard_plan(c, rank, 2, 1, true), tp = make_shard_plan(c, rank, 2);
+    EXPECT_TRUE(ep.expert_parallel);
+    EXPECT_EQ(ep.experts, (Range{3 * rank, 3 * rank + 3}));
+    EXPECT_EQ(ep.expert, (Range{0, 32}));                             // whole experts
+    EXPECT_EQ(ep.shared_expert, (Range{24 * rank, 24 * rank + 24}));  // column-split as in TP
+    EXPECT_EQ(ep.shared_expert, tp.shared_expert);
+    EXPECT_EQ(ep.attention.heads, tp.attention.heads);
+    EXPECT_EQ(ep.vocab, tp.vocab);
+    EXPECT_FALSE(tp.expert_parallel);
+    EXPECT_EQ(tp.experts, (Range{0, 6}));
+    EXPECT_EQ(tp.expert, (Range{16 * rank, 16 * rank + 16}));
+    const ModelConfig local = shard_config(c, ep);
+    EXPECT_EQ(local.moe_intermediate_size, 32);
+    EXPECT_EQ(local.num_experts, 6);  // the router scores every expert on every rank
+  }
+  ModelConfig eight = fixture_config("qwen3_moe");  // 1 KV head: 4 ranks share it
+  eight.num_experts = 8;
+  expect_partition(
+      all_ranks(4, [&](int r) { return make_shard_plan(eight, r, 4, 1, true).experts; }), 8,
+      "8 experts over 4 ranks");
+  EXPECT_EQ(make_shard_plan(eight, 3, 4, 1, true).experts, (Range{6, 8}));
+}
+
+TEST(ShardPlan, ExpertParallelRefusesWhatItCannotSplit) {
+  auto message = [](const ModelConfig& c, int ranks) -> std::string {
+    try {
+      check_shardable(c, ranks, false, true);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  // 5 experts over 2 ranks, 6 over 4 (its heads would allow 4 ranks without --ep).
+  EXPECT_NE(message(fixture_config("qwen3_5_moe"), 2).find("cannot split 5 experts over 2 ranks"),
+            std::string::npos);
+  ModelConfig six = fixture_config("qwen3_moe");
+  check_shardable(six, 4, false);  // fine without expert parallelism
+  EXPECT_NE(message(six, 4).find("cannot split 6 experts over 4 ranks"), std::string::npos);
+  EXPECT_EQ(message(six, 2), "(accepted)");
+  EXPECT_NE(message(fixture_config("qwen3_dense"), 2).find("needs a model with MoE layers"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace hibana

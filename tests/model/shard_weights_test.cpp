@@ -112,6 +112,37 @@ TEST(ShardWeights, ExpertColumns) {
   }
 }
 
+TEST(ShardWeights, ExpertParallelKeepsTheRanksWholeExpertsOnly) {
+  const Loaded l = load("qwen3_next");  // 6 experts of 32 columns, shared expert of 48
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ModelWeights w = l.whole;
+    shard_weights(w, l.config, make_shard_plan(l.config, rank, 2, 1, true));
+    int moe_layers = 0;
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const MoeWeights &a = l.whole.layers[i].moe, &b = w.layers[i].moe;
+      if (a.experts.gate.empty()) continue;
+      ++moe_layers;
+      EXPECT_EQ(b.router.w.data, a.router.w.data);
+      EXPECT_EQ(b.first_expert, 3 * rank);
+      ASSERT_EQ(b.experts.gate.size(), 3u);
+      ASSERT_EQ(b.experts.up.size(), 3u);
+      ASSERT_EQ(b.experts.down.size(), 3u);
+      for (size_t e = 0; e < 3; ++e) {  // the same bytes, not copies
+        EXPECT_EQ(b.experts.gate[e].w.data, a.experts.gate[3 * rank + e].w.data);
+        EXPECT_EQ(b.experts.up[e].w.data, a.experts.up[3 * rank + e].w.data);
+        EXPECT_EQ(b.experts.down[e].w.data, a.experts.down[3 * rank + e].w.data);
+        EXPECT_EQ(b.experts.gate[e].rows(), 32);
+        EXPECT_EQ(b.experts.down[e].cols(), 32);
+      }
+      const Range shared{24 * rank, 24 * rank + 24};
+      expect_rows(a.shared.gate.w, b.shared.gate.w, {shared}, "shared expert gate");
+      expect_columns(a.shared.down.w, b.shared.down.w, shared, "shared expert down");
+    }
+    EXPECT_GT(moe_layers, 0);
+  }
+}
+
 TEST(ShardWeights, DeltaNetChannelsOfSeparateProjections) {
   // Qwen3.5 fixture: 2 key heads of 16, 6 value heads of 24. Rank 1: key head 1, value heads
   // 3..5. Conv channels are [q of 2 key heads | k of 2 key heads | v of 6 value heads].

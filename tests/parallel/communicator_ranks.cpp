@@ -1,7 +1,11 @@
 // The MPI communicator's collectives, on every rank of the job.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <thread>
 #include <vector>
 
 #include "parallel/mpi_world.h"
@@ -56,6 +60,43 @@ TEST(MpiCommunicator, BroadcastCopiesTheRootsBytes) {
     EXPECT_EQ(v[2], -1);
   }
   comm->barrier();
+}
+
+double cpu_seconds() {  // of this process, every thread (MPI's own included)
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// A follower waiting for rank 0's next step (broadcast_idle) while rank 0 is idle for a second
+// must not keep a core busy, as MPI_Bcast's polling does (a whole second of CPU when the core
+// is free). Measured on rank 1, checked on rank 0.
+TEST(MpiCommunicator, AnIdleBroadcastWaitsWithoutKeepingACoreBusy) {
+  auto comm = test::world();
+  comm->barrier();
+  int64_t value = comm->rank() == 0 ? 42 : -1;
+  double used[2] = {0.0, 0.0};  // rank 1's CPU seconds and wall seconds in the wait
+  if (comm->rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    comm->broadcast_idle(&value, sizeof value, 0);
+  } else {
+    const double cpu = cpu_seconds();
+    const auto wall = std::chrono::steady_clock::now();
+    comm->broadcast_idle(&value, sizeof value, 0);
+    used[0] = cpu_seconds() - cpu;
+    used[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+  }
+  EXPECT_EQ(value, 42);
+  comm->broadcast(used, sizeof used, 1);
+  EXPECT_GT(used[1], 0.3);  // it did wait for rank 0
+  EXPECT_LT(used[0], 0.2) << "CPU seconds of rank 1 in " << used[1] << " s of waiting";
+  if (comm->rank() == 0) std::printf("idle wait: %.3f s of CPU in %.3f s\n", used[0], used[1]);
+  // Steps that follow each other closely: a burst of small broadcasts still arrives in order.
+  for (int64_t i = 0; i < 200; ++i) {
+    int64_t v = comm->rank() == 0 ? i : -1;
+    comm->broadcast_idle(&v, sizeof v, 0);
+    ASSERT_EQ(v, i);
+  }
 }
 
 }  // namespace

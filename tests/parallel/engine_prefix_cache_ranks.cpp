@@ -141,26 +141,5 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineRanks,
                          testing::Values("qwen3_dense", "qwen3_next", "qwen3_5"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
-// The host-RAM and SSD tiers copy pool bytes the other ranks would not mirror: refused.
-TEST(EngineRanksTiers, HostAndSsdTiersAreRefused) {
-  LoadOptions o;
-  o.comm = test::world();
-  std::shared_ptr<Model> sharded =
-      Model::load(test::fixture_model_dir("qwen3_dense"), make_backend("cpu"), o);
-  if (sharded->rank() != 0) {
-    follow_rank0(*sharded);
-    return;
-  }
-  EngineOptions eo;
-  eo.host_cache_bytes = 1 << 20;
-  try {
-    Engine e(sharded, eo);
-    ADD_FAILURE() << "an engine with a host tier on a sharded model";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--host-cache-size"), std::string::npos) << e.what();
-  }
-  EXPECT_TRUE(sharded->release_followers());
-}
-
 }  // namespace
 }  // namespace hibana

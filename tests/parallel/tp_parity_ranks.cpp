@@ -1,14 +1,17 @@
 // Tensor parallelism on every golden fixture: the ranks' sharded model must give the greedy
 // tokens of the single-rank model (and of transformers), token for token, in both DeltaNet
 // modes, and its logits (the MTP head's too) within float rounding of the single-rank ones.
+// The same again with expert parallelism on every MoE fixture whose experts the ranks divide.
 // Rank 0 drives and checks; the other ranks follow its passes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 
 #include "engine/generator.h"
+#include "io/mapped_file.h"
 #include "parallel/mpi_world.h"
 #include "support/fixture_model.h"
 
@@ -50,14 +53,47 @@ float compare_rows(const ForwardOutput& a, const ForwardOutput& b, const char* w
   return worst;
 }
 
-class TensorParallelParity : public testing::TestWithParam<std::string> {
+struct Case {
+  std::string fixture;
+  bool expert_parallel = false;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.fixture << (c.expert_parallel ? " --ep" : "");
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const std::string& name : test::fixture_model_names()) out.push_back({name, false});
+  // --ep: the MoE fixtures whose experts the two ranks of `tp_ranks` divide (qwen3_5_moe's 5
+  // experts cannot be split; shard_plan_test checks that refusal).
+  for (const std::string& name : test::fixture_model_names()) {
+    const std::string path = test::fixture_model_dir(name) + "/config.json";
+    const ModelConfig c = parse_model_config(read_text_file(path), path);
+    if (c.num_experts > 0 && c.num_experts % 2 == 0) out.push_back({name, true});
+  }
+  return out;
+}
+
+class TensorParallelParity : public testing::TestWithParam<Case> {
  protected:
+  std::string fixture() const { return GetParam().fixture; }
   // This rank's shard; on the other ranks, runs rank 0's passes and returns null.
   std::unique_ptr<Model> sharded_or_follow() {
     LoadOptions o;
     o.comm = test::world();
-    auto model = Model::load(test::fixture_model_dir(GetParam()), make_backend("cpu"), o);
+    o.expert_parallel = GetParam().expert_parallel;
+    auto model = Model::load(test::fixture_model_dir(fixture()), make_backend("cpu"), o);
     EXPECT_EQ(model->ranks(), o.comm->size());
+    if (o.expert_parallel) {  // whole experts, a block of them per rank
+      EXPECT_TRUE(model->shard_plan()->expert_parallel);
+      for (const LayerWeights& l : model->weights().layers) {
+        if (l.ffn != FfnKind::moe) continue;
+        EXPECT_EQ(static_cast<int64_t>(l.moe.experts.gate.size()) * o.comm->size(),
+                  model->config().num_experts);
+        EXPECT_EQ(l.moe.experts.gate[0].rows(), model->config().moe_intermediate_size);
+      }
+    }
     if (model->rank() == 0) return model;
     follow_rank0(*model);
     return nullptr;
@@ -67,8 +103,8 @@ class TensorParallelParity : public testing::TestWithParam<std::string> {
 TEST_P(TensorParallelParity, GreedyTokensMatchTheSingleRankRun) {
   auto sharded = sharded_or_follow();
   if (!sharded) return;
-  auto whole = Model::load(test::fixture_model_dir(GetParam()), make_backend("cpu"));
-  for (const auto& ref : test::load_reference(GetParam())) {
+  auto whole = Model::load(test::fixture_model_dir(fixture()), make_backend("cpu"));
+  for (const auto& ref : test::load_reference(fixture())) {
     for (GdnMode mode : {GdnMode::aligned_chunks, GdnMode::recurrent}) {
       SCOPED_TRACE("prompt of " + std::to_string(ref.ids.size()) + " tokens, " +
                    (mode == GdnMode::recurrent ? "recurrent" : "chunked"));
@@ -91,8 +127,8 @@ TEST_P(TensorParallelParity, GreedyTokensMatchTheSingleRankRun) {
 TEST_P(TensorParallelParity, BatchedLogitsMatchTheSingleRankRun) {
   auto sharded = sharded_or_follow();
   if (!sharded) return;
-  auto whole = Model::load(test::fixture_model_dir(GetParam()), make_backend("cpu"));
-  const auto refs = test::load_reference(GetParam());
+  auto whole = Model::load(test::fixture_model_dir(fixture()), make_backend("cpu"));
+  const auto refs = test::load_reference(fixture());
   ForwardOutput outs[2];
   const Model* models[2] = {whole.get(), sharded.get()};
   for (int m = 0; m < 2; ++m) {
@@ -109,7 +145,8 @@ TEST_P(TensorParallelParity, BatchedLogitsMatchTheSingleRankRun) {
   EXPECT_LT(worst, 1e-4f);
   std::printf(
       "%s: %lld rows, largest logit difference to the single-rank run %.3g (largest logit %.3g)\n",
-      GetParam().c_str(), static_cast<long long>(rows), worst, big);
+      (fixture() + (GetParam().expert_parallel ? " --ep" : "")).c_str(),
+      static_cast<long long>(rows), worst, big);
   RecordProperty("max_logit_difference", std::to_string(worst));
 }
 
@@ -117,14 +154,14 @@ TEST_P(TensorParallelParity, BatchedLogitsMatchTheSingleRankRun) {
 // single-rank model's hidden states so that only the head's shard is compared.
 TEST_P(TensorParallelParity, MtpLogitsMatchTheSingleRankRun) {
   std::vector<test::ReferencePrompt> refs;  // the prompts of two tokens or more
-  for (auto& ref : test::load_reference(GetParam())) {
+  for (auto& ref : test::load_reference(fixture())) {
     if (!ref.mtp_argmax.empty()) refs.push_back(std::move(ref));
   }
   if (refs.empty()) GTEST_SKIP() << "no MTP head";  // on every rank alike
   auto sharded = sharded_or_follow();
   if (!sharded) return;
   ASSERT_TRUE(sharded->has_mtp());
-  auto whole = Model::load(test::fixture_model_dir(GetParam()), make_backend("cpu"));
+  auto whole = Model::load(test::fixture_model_dir(fixture()), make_backend("cpu"));
   const int64_t H = whole->config().hidden_size;
   ForwardOutput outs[2];
   const Model* models[2] = {whole.get(), sharded.get()};
@@ -165,13 +202,23 @@ TEST_P(TensorParallelParity, MtpLogitsMatchTheSingleRankRun) {
   }
   EXPECT_LT(worst, 1e-4f);
   std::printf("%s: %lld MTP rows, largest MTP logit difference to the single-rank run %.3g\n",
-              GetParam().c_str(), static_cast<long long>(rows), worst);
+              (fixture() + (GetParam().expert_parallel ? " --ep" : "")).c_str(),
+              static_cast<long long>(rows), worst);
   RecordProperty("max_mtp_logit_difference", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
-                         testing::ValuesIn(test::fixture_model_names()),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+TEST(ExpertParallelParity, CoversTheMoeFixtures) {
+  std::vector<std::string> ep;
+  for (const Case& c : cases()) {
+    if (c.expert_parallel) ep.push_back(c.fixture);
+  }
+  EXPECT_EQ(ep, (std::vector<std::string>{"qwen3_moe", "qwen3_next"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<Case>& i) {
+                           return i.param.fixture + (i.param.expert_parallel ? "_ep" : "");
+                         });
 
 }  // namespace
 }  // namespace hibana

@@ -207,6 +207,57 @@ TEST_F(ServeTensorParallel, ADeadRankEndsTheJob) {
   EXPECT_TRUE(eventually([&] { return kill(rank0, 0) != 0; }, 10s)) << "rank 0 still runs";
 }
 
+// The host-RAM and SSD tiers with --tp: each rank keeps its shard's blocks under its own
+// DIR/rank-R-of-2; a clean stop writes every rank's blocks to disk, and a restarted server on
+// the same directory resumes the conversation from them with the single-rank server's answers.
+TEST_F(ServeTensorParallel, RanksKeepTheirStateOnDiskAcrossARestart) {
+  Answers single;
+  {
+    Server s({});
+    ASSERT_TRUE(s.ready()) << s.log();
+    single = converse(s.port());
+    s.signal_stop();
+    EXPECT_EQ(s.wait(), 0) << s.log();
+  }
+  TempDir cache;
+  const std::vector<std::string> tiers = {
+      "--tp", "2", "--cache-dir", cache.path(), "--host-cache-size", "1MiB"};
+  auto blocks = [&](const std::string& dir) {
+    int n = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      n += it->path().extension() == ".blk";
+    }
+    return n;
+  };
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "first server" : "restarted server");
+    Server ranks(tiers);
+    ASSERT_TRUE(ranks.ready()) << ranks.log();
+    const Answers sharded = converse(ranks.port());
+    EXPECT_EQ(sharded.first, single.first);
+    EXPECT_EQ(sharded.second, single.second);
+    if (run == 1) {  // the first turn's blocks come from disk
+      httplib::Client c("127.0.0.1", ranks.port());
+      auto m = c.Get("/metrics");
+      ASSERT_TRUE(m && m->status == 200);
+      std::smatch hit;
+      const std::string body = m->body;
+      ASSERT_TRUE(std::regex_search(
+          body, hit, std::regex("hibana_prefix_cache_ssd_hit_tokens_total\\{[^}]*\\} ([0-9]+)")))
+          << body;
+      EXPECT_GT(std::stoll(hit[1]), 0) << "the restarted server did not resume from disk";
+    }
+    const int rank0 = ranks.logged("rank 0 of 2 ranks, pid ([0-9]+)");
+    ASSERT_GT(rank0, 0) << ranks.log();
+    kill(rank0, SIGTERM);
+    EXPECT_EQ(ranks.wait(), 0) << ranks.log();
+    EXPECT_GT(blocks(cache.path() + "/rank-0-of-2"), 0);
+    EXPECT_EQ(blocks(cache.path() + "/rank-1-of-2"), blocks(cache.path() + "/rank-0-of-2"));
+  }
+}
+
 // Ctrl-C reaches the launcher (mpirun), which sends SIGTERM to every rank and ends the job: no
 // rank may be left behind (mpirun's own status for a signalled job is 1).
 TEST_F(ServeTensorParallel, ASignalToTheLauncherEndsEveryRank) {

@@ -3,12 +3,14 @@
 #include "state/ssd_store.h"
 
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -128,6 +130,27 @@ TEST(SsdStore, AnotherModelsCacheIsIgnored) {
   ASSERT_EQ(dirs.size(), 2u);
   SsdStore a(opts(d.path(), 1));
   EXPECT_EQ(a.get(key(1), 1), payload(100, 1));
+}
+
+// serve --tp N keeps each rank's blocks under dir/rank-R-of-N: `hibana cache stats` counts them.
+TEST(SsdStore, SummaryCountsTensorParallelRanks) {
+  test::TempDir d;
+  {
+    SsdStore whole(opts(d.path(), 1));
+    ASSERT_TRUE(whole.put(key(1), 1, payload(100, 1)));
+    SsdStore rank1(opts(d.path() + "/rank-1-of-2", 3));
+    ASSERT_TRUE(rank1.put(key(1), 1, payload(100, 1)));
+    ASSERT_TRUE(rank1.put(key(2), 1, payload(100, 2)));
+  }
+  auto dirs = SsdStore::summarize(d.path());
+  ASSERT_EQ(dirs.size(), 2u);
+  std::sort(dirs.begin(), dirs.end(),
+            [](auto& a, auto& b) { return a.fingerprint < b.fingerprint; });
+  EXPECT_EQ(dirs[0].part, "");
+  EXPECT_EQ(dirs[0].blocks, 1u);
+  EXPECT_EQ(dirs[1].part, "rank-1-of-2");
+  EXPECT_EQ(dirs[1].fingerprint, 3u);
+  EXPECT_EQ(dirs[1].blocks, 2u);
 }
 
 TEST(SsdStore, EvictsLeastRecentlyUsedToStayUnderItsSize) {

@@ -492,5 +492,63 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
   }
 }
 
+// Expert parallelism on the GPU: a rank keeps its block of experts (other ids -1, weight 0),
+// its grouped launches skip the others, and the combine adds nothing for them — a token whose
+// experts all live on the other rank gets exactly 0 (not the NaN of an unwritten row) — and
+// the two ranks' outputs add up to the whole op's.
+TEST_F(CudaOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
+  const int64_t T = 5, H = 128, I = 64, E = 4, k = 2;
+  std::vector<TestWeight> keep_w;
+  ExpertWeights all;
+  for (int64_t e = 0; e < E; ++e) {
+    keep_w.push_back(make_weight(*this, DType::bf16, I, H, static_cast<uint32_t>(500 + e)));
+    keep_w.push_back(make_weight(*this, DType::bf16, I, H, static_cast<uint32_t>(600 + e)));
+    keep_w.push_back(make_weight(*this, DType::bf16, H, I, static_cast<uint32_t>(700 + e)));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    all.gate.push_back(keep_w[3 * e].dev);
+    all.up.push_back(keep_w[3 * e + 1].dev);
+    all.down.push_back(keep_w[3 * e + 2].dev);
+  }
+  auto x = randn(T * H, 99);
+  // Tokens 0 and 1 use experts of both ranks, token 2 only rank 0's, tokens 3 and 4 rank 1's.
+  const std::vector<int32_t> ids = {0, 3, 2, 1, 1, 0, 3, 2, 2, 3};
+  const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f};
+  Tensor xd = upload(x.data(), DType::f32, {T, H});
+  Tensor whole_d = device_f32(T, H);
+  gpu->moe_experts(xd, upload(ids.data(), DType::i32, {T, k}), upload(w.data(), DType::f32, {T, k}),
+                   all, whole_d);
+  const std::vector<float> whole = download(whole_d);
+  std::vector<float> sum(T * H, 0.0f);
+  for (int64_t first : {0, 2}) {
+    ExpertWeights mine;
+    for (int64_t e = first; e < first + 2; ++e) {
+      mine.gate.push_back(all.gate[e]);
+      mine.up.push_back(all.up[e]);
+      mine.down.push_back(all.down[e]);
+    }
+    Tensor idd = upload(ids.data(), DType::i32, {T, k}), wd = upload(w.data(), DType::f32, {T, k});
+    gpu->moe_keep_experts(idd, wd, first, 2);
+    std::vector<int32_t> id(T * k);
+    copy_to_host(idd, id.data());
+    const std::vector<float> wt = download(wd);
+    for (int64_t i = 0; i < T * k; ++i) {
+      const bool owned = ids[i] >= first && ids[i] < first + 2;
+      EXPECT_EQ(id[i], owned ? ids[i] - first : -1) << "pair " << i;
+      EXPECT_EQ(wt[i], owned ? w[i] : 0.0f) << "pair " << i;
+    }
+    std::vector<float> nan(T * H, std::nanf(""));
+    Tensor part_d = upload(nan.data(), DType::f32, {T, H});
+    gpu->moe_experts(xd, idd, wd, mine, part_d);
+    const std::vector<float> part = download(part_d);
+    for (int64_t i = 0; i < T * H; ++i) sum[i] += part[i];
+    for (int64_t c = 0; c < H; ++c) {
+      EXPECT_EQ(part[2 * H + c], first == 0 ? whole[2 * H + c] : 0.0f) << c;
+      EXPECT_EQ(part[3 * H + c], first == 0 ? 0.0f : whole[3 * H + c]) << c;
+    }
+  }
+  EXPECT_LT(max_abs_diff(sum, whole), 1e-5f);
+}
+
 }  // namespace
 }  // namespace hibana

@@ -449,6 +449,10 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "moe_route");
     cuda::moe_route(logits, k, renormalise, ids, weights);
   }
+  void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) override {
+    Timed timed(timer_, "moe_keep_experts");
+    cuda::moe_keep_experts(ids, weights, first, count);
+  }
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts, Tensor out) override {
     Timed timed(timer_, "moe_experts");

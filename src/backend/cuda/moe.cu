@@ -137,16 +137,35 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
   }
 }
 
-// out[t] = sum_j weights[t, j] * y[t * k + j], j ascending.
-__global__ void moe_combine_kernel(const float* y, const float* weights, int64_t T, int k,
-                                   int64_t H, float* out, int64_t ldo) {
+// out[t] = sum_j weights[t, j] * y[t * k + j], j ascending, pairs with id -1 skipped (their y
+// row was never written).
+__global__ void moe_combine_kernel(const float* y, const float* weights, const int32_t* ids,
+                                   int64_t T, int k, int64_t H, float* out, int64_t ldo) {
   pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * H) return;
   const int64_t t = i / H, c = i % H;
   float acc = 0.0f;
-  for (int j = 0; j < k; ++j) acc = fmaf(weights[t * k + j], y[(t * k + j) * H + c], acc);
+  for (int j = 0; j < k; ++j) {
+    if (ids[t * k + j] >= 0) acc = fmaf(weights[t * k + j], y[(t * k + j) * H + c], acc);
+  }
   out[t * ldo + c] = acc;
+}
+
+// Expert parallelism: ids in [first, first + count) become local indices, others -1 with
+// weight 0.
+__global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs, int64_t first,
+                                    int64_t count) {
+  pdl_start();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int64_t e = ids[i];
+  if (e >= first && e < first + count) {
+    ids[i] = static_cast<int32_t>(e - first);
+  } else {
+    ids[i] = -1;
+    weights[i] = 0.0f;
+  }
 }
 
 }  // namespace
@@ -204,8 +223,19 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
-             weights.ptr<float>(), T, static_cast<int>(k), H, out.ptr<float>(), ld(out));
+             weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H,
+             out.ptr<float>(), ld(out));
   launched("moe_combine_kernel");
+}
+
+void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {
+  check(ids.is_contiguous() && weights.is_contiguous() && ids.numel() == weights.numel(),
+        ErrorKind::internal, "moe_keep_experts: ids and weights must be contiguous pairs");
+  const int64_t pairs = ids.numel();
+  if (pairs == 0) return;
+  launch_pdl(keep_experts_kernel, blocks_for(pairs, 256), 256, 0, ids.ptr<int32_t>(),
+             weights.ptr<float>(), pairs, first, count);
+  launched("keep_experts_kernel");
 }
 
 }  // namespace hibana::cuda

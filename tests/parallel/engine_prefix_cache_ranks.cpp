@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "parallel/engine_turns.h"
 #include "parallel/mpi_world.h"
 #include "support/fixture_model.h"
 
@@ -20,32 +21,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Turn {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;  // of each token
-  int64_t cached = 0;
-};
-
+using test::Turn;
 Turn run(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int64_t checkpoint_at) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.max_tokens = n;
-  r.ignore_eos = true;
-  r.checkpoint_at = checkpoint_at;
-  r.top_logprobs = 0;
-  auto s = e.submit(r);
-  Turn t;
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 120s)) {
-    if (ev.kind == StreamEvent::Kind::finished) {
-      EXPECT_NE(ev.finish, FinishReason::error) << ev.error;
-      break;
-    }
-    t.tokens.push_back(ev.token);
-    t.logprobs.push_back(ev.logprob);
-  }
-  t.cached = s->usage().cached_tokens;
-  return t;
+  return test::run_turn(e, prompt, n, checkpoint_at);
 }
 
 std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {

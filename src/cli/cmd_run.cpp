@@ -79,19 +79,8 @@ int complete(const RunArgs& a, const Model& model) {
 // rank 0 completes the prompt and the others run its passes. The ranks talk over MPI on the
 // CPU, over NCCL (one GPU each) with --device cuda; --device auto means the CPU here.
 int run_ranks(const RunArgs& a) {
-  const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
-  if (!launched_as_ranks()) {  // errors every rank would hit, said once
-    const std::string why = a.nodes.unavailable_reason(a.tp, device);
-    if (!why.empty()) throw Error(ErrorKind::unsupported, why);
-    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8",
-                    a.model.expert_parallel);
-    if (a.nodes.local_ranks(a.tp) > 1) relaunch_as_ranks(a.nodes.local_ranks(a.tp));
-  }
-  std::shared_ptr<Communicator> comm =
-      make_rank_communicator(device, &cuda_stream_handle, a.nodes.group(a.tp));
-  check(comm->size() == a.tp, ErrorKind::invalid_argument,
-        "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
-            " ranks");
+  start_ranks(a.model, a.nodes, a.tp);
+  std::shared_ptr<Communicator> comm = join_ranks(a.model, a.nodes, a.tp);
   // The other ranks' info lines would repeat rank 0's.
   if (comm->rank() != 0 && log_level() == LogLevel::info) set_log_level(LogLevel::warn);
   std::unique_ptr<Model> model;

@@ -182,24 +182,13 @@ int serve_http(const ServeArgs& a, const ServeSetup& setup,
 // copies and tier moves. SIGINT/SIGTERM reach rank 0's sigwait (the other ranks block them and end
 // when rank 0 releases them, or when mpirun ends the job because a rank died).
 int serve_ranks(const ServeArgs& a, const ServeSetup& s) {
-  const Device device = a.model.device == "cuda" ? Device::cuda : Device::cpu;
-  if (!launched_as_ranks()) {  // errors every rank would hit, said once
-    const std::string why = a.nodes.unavailable_reason(a.tp, device);
-    if (!why.empty()) throw Error(ErrorKind::unsupported, why);
-    check_shardable(a.model.read_config(), a.tp, a.model.weights == "fp8",
-                    a.model.expert_parallel);
-    if (a.nodes.local_ranks(a.tp) > 1) relaunch_as_ranks(a.nodes.local_ranks(a.tp));
-  }
+  start_ranks(a.model, a.nodes, a.tp);
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before MPI starts threads of its own
-  std::shared_ptr<Communicator> comm =
-      make_rank_communicator(device, &cuda_stream_handle, a.nodes.group(a.tp));
-  check(comm->size() == a.tp, ErrorKind::invalid_argument,
-        "--tp " + std::to_string(a.tp) + " in an MPI job of " + std::to_string(comm->size()) +
-            " ranks");
+  std::shared_ptr<Communicator> comm = join_ranks(a.model, a.nodes, a.tp);
   if (comm->rank() != 0) {
     if (log_level() == LogLevel::info) set_log_level(LogLevel::warn);
     try {

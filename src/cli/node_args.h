@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "parallel/communicator.h"
 #include "parallel/rendezvous.h"
 
 namespace hibana::cli {
@@ -27,5 +28,13 @@ struct NodeArgs {
   // node).
   std::string unavailable_reason(int tp, Device device) const;
 };
+
+struct ModelArgs;
+// The start of a `--tp` command (run and serve): outside an MPI job, checks what every rank
+// would hit (build, host, shardability; said once) and re-executes the command as this node's
+// ranks (returns only inside the job, or with one local rank).
+void start_ranks(const ModelArgs& model, const NodeArgs& nodes, int tp);
+// This rank's communicator (MPI on the CPU, NCCL with --device cuda), checked to span --tp ranks.
+std::shared_ptr<Communicator> join_ranks(const ModelArgs& model, const NodeArgs& nodes, int tp);
 
 }  // namespace hibana::cli

@@ -21,10 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+using test::run_turn;
 using test::Turn;
-Turn run(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int64_t checkpoint_at) {
-  return test::run_turn(e, prompt, n, checkpoint_at);
-}
 
 std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
   std::vector<int32_t> t(n);
@@ -52,11 +50,11 @@ std::vector<std::vector<int32_t>> conversations(Engine& e, int64_t V, std::vecto
       const int32_t salt = 10 * (a + 1) + turn;
       Turn t;
       if (turn == 0) {
-        t = run(e, history[a], 12, -1);
+        t = run_turn(e, history[a], 12, -1);
         history[a] = cat(history[a], t.tokens);
         before_tool[a] = static_cast<int64_t>(history[a].size());
       } else {  // turn 1: a tool result; turn 2: the same call retried, another result
-        t = run(e, cat(history[a], text(60 + 30 * turn, salt, V)), 12, before_tool[a]);
+        t = run_turn(e, cat(history[a], text(60 + 30 * turn, salt, V)), 12, before_tool[a]);
       }
       outs.push_back(t.tokens);
       cached.push_back(t.cached);

@@ -25,10 +25,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+using test::run_turn;
 using test::Turn;
-Turn run(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int64_t checkpoint_at) {
-  return test::run_turn(e, prompt, n, checkpoint_at);
-}
 
 std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
   std::vector<int32_t> t(n);
@@ -75,7 +73,7 @@ Replay agents(Engine& e, int64_t V) {
   for (int a = 0; a < n; ++a) hist[a] = text(140 + 10 * a, a, V);
   for (int turn = 0; turn < 3; ++turn) {
     for (int a = 0; a < n; ++a) {
-      Turn t = run(e, hist[a], 8, static_cast<int64_t>(hist[a].size()));
+      Turn t = run_turn(e, hist[a], 8, static_cast<int64_t>(hist[a].size()));
       r.add(t);
       append(hist[a], t.tokens);
       append(hist[a], text(40, 100 + a + turn, V));
@@ -147,7 +145,7 @@ std::vector<int32_t> first_turn(const std::shared_ptr<const Model>& model, const
   std::vector<int32_t> hist = text(600, 7, V);
   {
     Engine e(model, opt);
-    reply = run(e, hist, 8, static_cast<int64_t>(hist.size())).tokens;
+    reply = run_turn(e, hist, 8, static_cast<int64_t>(hist.size())).tokens;
   }
   append(hist, reply);
   append(hist, text(30, 8, V));
@@ -167,15 +165,15 @@ TEST_P(TiersRanks, RestartsFindTheirOwnTpBlocksOnly) {
   Engine plain(whole, off);
   std::vector<int32_t> reply;
   const std::vector<int32_t> prompt = text(600, 7, V);
-  const Turn first = run(plain, prompt, 8, -1);
+  const Turn first = run_turn(plain, prompt, 8, -1);
   std::vector<int32_t> hist = prompt;
   append(hist, first.tokens);
   append(hist, text(30, 8, V));
-  const Turn want = run(plain, hist, 8, -1);
+  const Turn want = run_turn(plain, hist, 8, -1);
 
   auto second = [&](const std::shared_ptr<const Model>& m, const std::string& dir) {
     Engine e(m, tiered(*m, dir, 64, 64));
-    Turn t = run(e, hist, 8, -1);
+    Turn t = run_turn(e, hist, 8, -1);
     EXPECT_EQ(t.tokens, want.tokens);
     return std::make_pair(t, e.metrics());
   };

@@ -37,9 +37,6 @@ void ModelArgs::add_expert_parallel_flag(CLI::App& cmd) {
 void ModelArgs::check_expert_parallel(int tp) const {
   if (!expert_parallel) return;
   check(tp >= 2, ErrorKind::invalid_argument, "--ep needs --tp N with N >= 2");
-  check(device != "cuda", ErrorKind::unsupported,
-        "--ep runs on the CPU only for now (the CUDA kernels for it are written but have not "
-        "run on a GPU yet)");
 }
 
 std::string default_model_dir() {

@@ -169,6 +169,28 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
   }
 }
 
+// The decode kernel (up to 8 rows) splits the activations once per CTA into shared memory
+// where a split's rows fit (here: up to 6 rows of 640 k) and per warp in registers where they
+// do not (7 and 8 rows): both must give the bits of the larger batch's kernel.
+TEST_F(CudaOps, DecodeMatmulGivesTheSameBitsWithSharedAndPerWarpActivations) {
+  const int64_t N = 200, K = 1280, M = 40;  // two splits of 640
+  auto x = randn(M * K, 5);
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TestWeight w = make_weight(*this, dtype, N, K, 3);
+    Tensor xd = upload(x.data(), DType::f32, {M, K});
+    Tensor full = device_f32(M, N);
+    gpu->matmul(xd, w.dev, full);
+    std::vector<float> all = download(full);
+    for (int64_t m : {1, 6, 7, 8}) {
+      Tensor part = device_f32(m, N);
+      gpu->matmul(xd.slice_rows(0, m), w.dev, part);
+      EXPECT_EQ(std::memcmp(download(part).data(), all.data(), m * N * sizeof(float)), 0)
+          << "the first " << m << " rows differ from the same rows in a batch of " << M;
+    }
+  }
+}
+
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
 // past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
 // of 208 take the tensor-core paths and end inside their 32- / 64-element chunk; a batch of 130

@@ -5,23 +5,37 @@
 //
 // Built to stream the weights with nothing in the way: each lane copies its 16 bytes of rows
 // g and g + 8 per chunk with cp.async into its own slots of a warp-private ring (D - 1 stages
-// in flight), and loads the activations it multiplies — those of token g, at the k positions
-// of its weight bytes — straight from global memory (they sit in L2) one stage ahead into
-// registers, splitting them itself. No lane reads what another copied, so the main loop has no
-// barrier of any kind; warps run independently, and the only CTA-wide step is the split
-// reduction at the end.
+// in flight). No lane reads weights another copied, so the main loop has no barrier of any
+// kind; warps run independently, and the only CTA-wide steps are the activations' split before
+// the loop and the split-K reduction at the end.
+//
+// Activations: where a split's rows fit in kXSharedMax (at batch 1 they do for every matrix of
+// the 8B and 80B shapes) and the extra shared memory does not cost the grid a second wave, the
+// CTA splits them into their bf16 terms once, into shared memory, behind one barrier; each lane
+// reads its B fragments from there (six words per k16 product). Otherwise each lane loads those
+// of token g, at the k positions of its weight bytes, from global memory (they sit in L2) one
+// stage ahead into registers and splits them itself — the same terms, four times over per CTA.
+// The loop's bookkeeping is 32-bit offsets from the split's start, and the block scales are
+// read from a running index instead of two divisions per chunk. On the H200 these took a
+// 12288x2048 fp8 product at batch 1 from 30.1 to 23.2 us, and the shared activations to
+// 19.1 us (docs/benchmarks.md, seventh slice): the old loop issued 463 instructions per 1 KiB
+// stage (ncu) and was bound by their latency, not by DRAM.
 //
 // With programmatic dependent launch the weight ring starts filling before the kernel waits
 // for the previous one (plain matrices: the weights are constants), and the next kernel is
 // released once every CTA has finished its loads.
 //
-// Measured against the kernel it replaced (one barrier per stage; docs/benchmarks.md, fifth
-// slice): no faster per call — what a call costs beyond its bytes is start-up and the split
+// Measured against the kernel it replaced (one barrier per stage; docs/benchmarks-history.md,
+// fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split
 // reduction, not the barrier. A variant copying 256 contiguous bytes per row and stage (row-
 // contiguous DRAM access, 3 CTAs per SM) was slower: 46% of copy bandwidth on 24576x4096
 // against 62%.
+#include <algorithm>
+#include <utility>
+
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
+#include "backend/cuda/ops.h"
 
 namespace hibana::cuda::mm {
 
@@ -45,7 +59,17 @@ struct Gemv {
   static constexpr int kXPerStage = U * VE;             // activations of a lane per stage
   static constexpr int kSmem = kWarps * kRingPerWarp;
   static_assert(D >= 3 && kXPerStage == kStageK / 4, "ring shape");
+  // Split activations in shared memory (kXShared): per token row, 6 words (h, m, l of two
+  // pairs) per 4 k, rows padded so that the 8 lanes of an LDS.128 phase hit distinct banks.
+  static __host__ __device__ constexpr int x_pitch_bytes(int64_t split_len) {
+    const int64_t bytes = (split_len + KC - 1) / KC * KC / 4 * 24;
+    const int64_t target = esize == 1 ? 16 : 64;
+    return static_cast<int>(bytes + (target - bytes % 128 + 128) % 128);
+  }
 };
+
+// The most shared memory the split activations may take: three CTAs still fit on an SM.
+constexpr int kXSharedMax = 26 << 10;
 
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order.
@@ -94,8 +118,11 @@ __device__ __forceinline__ void finish(const Params& p, const MatPtr& mat, const
   }
 }
 
-template <Elt E, bool kGrouped>
-__global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p) {
+// kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
+// once, before the loop (each warp would otherwise split the same activations again); used
+// where that fits in kXSharedMax. Both ways give the same B fragments.
+template <Elt E, bool kGrouped, bool kXShared>
+__global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -123,50 +150,102 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p) {
 
   const int64_t rA = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g, rB = rA + 8;
   const bool okA = rA < p.N, okB = rB < p.N;
-  const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
-  const unsigned char* wA = wbase + (okA ? rA : 0) * p.ldw * S::esize;
-  const unsigned char* wB = wbase + (okB ? rB : 0) * p.ldw * S::esize;
   const int64_t k_first = static_cast<int64_t>(my_split) * p.split_len;
   const int64_t k_end = min(p.K, k_first + p.split_len);
+  // Offsets below are k relative to the split's start, in 32 bits: the loop's address work is
+  // one add per stream per stage, not a 64-bit product per load.
+  const int span = static_cast<int>(k_end - k_first);
+  const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
+  const unsigned char* wA = wbase + ((okA ? rA : 0) * p.ldw + k_first + t * VE) * S::esize;
+  const unsigned char* wB = wbase + ((okB ? rB : 0) * p.ldw + k_first + t * VE) * S::esize;
+  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
 
-  // Stage s covers k_first + s * kStageK; past k_end a stage copies nothing (an empty group
+  // Stage q covers k_first + q * kStageK; past the span a stage copies nothing (an empty group
   // keeps the wait counts uniform).
-  auto issue = [&](int64_t k0, int slot) {
-    if (k0 < k_end) {
-      uint4* dst = ring + slot * S::kLaneCopies * 32;
+  int k_issue = 0;
+  unsigned slot_issue = 0;
+  auto issue = [&]() {
+    if (k_issue < span) {
+      const unsigned dst = ring_s + slot_issue * S::kStageBytes;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t gk = k0 + u * KC + t * VE;
-        const bool in = gk < k_end;
-        cp_async16_stream(dst + 2 * u * 32, wA + (in ? gk : 0) * S::esize, in && okA);
-        cp_async16_stream(dst + (2 * u + 1) * 32, wB + (in ? gk : 0) * S::esize, in && okB);
+        const int kk = k_issue + u * KC + t * VE;
+        const bool in = kk < span;
+        const int64_t off = (in ? k_issue + u * KC : 0) * S::esize;
+        cp_async16_stream_s(dst + 2 * u * 512, wA + off, in && okA);
+        cp_async16_stream_s(dst + (2 * u + 1) * 512, wB + off, in && okB);
       }
     }
     cp_async_commit();
+    k_issue += kStageK;
+    slot_issue = slot_issue + 1 == D ? 0 : slot_issue + 1;
   };
-  int64_t k_issue = k_first;
-  int slot_issue = 0;
-  for (int q = 0; q < D - 1; ++q, k_issue += kStageK, ++slot_issue) issue(k_issue, slot_issue);
+  for (int q = 0; q < D - 1; ++q) issue();
 
   if constexpr (!kGrouped) pdl_wait();  // the activations are the previous kernel's output
+  // The x row of token r of the tile, or -1.
+  auto x_row_of = [&](int r) -> int64_t {
+    if (m0 + r >= rows_here) return -1;
+    return kGrouped ? rows[m0 + r] / p.x_div : m0 + r;
+  };
+  constexpr int kGroupsPerChunk = KC / 4;
+  const uint32_t* xs = reinterpret_cast<const uint32_t*>(smem + S::kSmem);
+  const int x_pitch = S::x_pitch_bytes(p.split_len) / 4;  // words
+  if constexpr (kXShared) {
+    // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
+    // it splits them: the activations come from L2, one round trip per batch.
+    constexpr int kBatch = 8;
+    uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
+    const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed
+    const int items = x_rows * groups;
+    for (int first = 0; first < items; first += kBatch * kWarps * 32) {
+      float4 f[kBatch];
+      int at[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kWarps * 32 + static_cast<int>(threadIdx.x);
+        const int r = i / groups, q = i - r * groups;
+        at[b] = i < items ? r * x_pitch + 6 * q : -1;
+        const int64_t xr = i < items ? x_row_of(r) : -1;
+        f[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (xr >= 0 && 4 * q < span) {
+          const float* src = p.x + xr * p.ldx + k_first + 4 * q;
+          f[b] = p.vec_x ? __ldg(reinterpret_cast<const float4*>(src))
+                         : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (at[b] < 0) continue;
+        const Split3 b01 = split3(f[b].x, f[b].y), b23 = split3(f[b].z, f[b].w);
+        uint32_t* dst = xw + at[b];
+        *reinterpret_cast<uint2*>(dst) = make_uint2(b01.h, b23.h);
+        *reinterpret_cast<uint2*>(dst + 2) = make_uint2(b01.m, b23.m);
+        *reinterpret_cast<uint2*>(dst + 4) = make_uint2(b01.l, b23.l);
+      }
+    }
+    __syncthreads();
+  }
   // This lane's token: g (zeros for lanes past the rows).
-  int64_t xrow = -1;
-  if (m0 + g < rows_here) xrow = kGrouped ? rows[m0 + g] / p.x_div : m0 + g;
-  const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0);
-  auto load_x = [&](int64_t k0, float(&v)[S::kXPerStage]) {
+  const int64_t xrow = kXShared ? -1 : x_row_of(g);
+  const bool has_x = g < x_rows;
+  const uint4* xs_lane = reinterpret_cast<const uint4*>(xs + g * x_pitch + t * (VE / 4) * 6);
+  const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
+  auto load_x = [&](int k0, float(&v)[S::kXPerStage]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t gk = k0 + u * KC + t * VE;
-      const bool ok = xrow >= 0 && gk < k_end;
+      const int kk = k0 + u * KC;
+      const bool ok = xrow >= 0 && kk + t * VE < span;
+      const float* src = xp + (ok ? kk : 0);
 #pragma unroll
       for (int e = 0; e < VE; e += 4) {
         float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
         if (ok) {
           if (p.vec_x) {
-            f = __ldg(reinterpret_cast<const float4*>(xp + gk + e));
+            f = __ldg(reinterpret_cast<const float4*>(src + e));
           } else {
-            f = make_float4(__ldg(xp + gk + e), __ldg(xp + gk + e + 1), __ldg(xp + gk + e + 2),
-                            __ldg(xp + gk + e + 3));
+            f = make_float4(__ldg(src + e), __ldg(src + e + 1), __ldg(src + e + 2),
+                            __ldg(src + e + 3));
           }
         }
         v[u * VE + e] = f.x;
@@ -177,48 +256,87 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p) {
     }
   };
 
+  // Block scales without a division in the loop: this lane's two rows of scales, the block
+  // the current chunk is in and where it ends (splits and chunks are aligned to chunks, and
+  // block_cols is a multiple of the chunk: mma_supports).
+  const bool scaled = mat.scale != nullptr;
+  int64_t sA = 0, sB = 0;
+  int block_end = 0, block_len = 0;
+  if (scaled) {
+    sA = (rA / p.block_rows) * p.scale_ld + k_first / p.block_cols;
+    sB = (rB / p.block_rows) * p.scale_ld + k_first / p.block_cols;
+    block_len = static_cast<int>(p.block_cols);
+    block_end = static_cast<int>((k_first / p.block_cols + 1) * p.block_cols - k_first);
+  }
+
   // Three independent mma chains (the h, m and l terms of x), folded as h + (m + l) where a
   // scale block or the split ends.
   float acc[4], ch[4], cm[4], cl[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc[i] = ch[i] = cm[i] = cl[i] = 0.0f;
   float xnext[S::kXPerStage];
-  load_x(k_first, xnext);
-  int slot = 0;
-  for (int64_t k0 = k_first; k0 < k_end; k0 += kStageK) {
+  if constexpr (!kXShared) load_x(0, xnext);
+  const uint4* ring_slot = ring;
+  unsigned slot = 0;
+  for (int k0 = 0; k0 < span; k0 += kStageK) {
     cp_async_wait<D - 2>();  // this stage's copies (the lane's own) have landed
-    const uint4* src = ring + slot * S::kLaneCopies * 32;
     uint4 wa[U], wb[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      wa[u] = src[2 * u * 32];
-      wb[u] = src[(2 * u + 1) * 32];
+      wa[u] = ring_slot[2 * u * 32];
+      wb[u] = ring_slot[(2 * u + 1) * 32];
     }
     float xv[S::kXPerStage];
+    if constexpr (!kXShared) {
 #pragma unroll
-    for (int i = 0; i < S::kXPerStage; ++i) xv[i] = xnext[i];
-    load_x(k0 + kStageK, xnext);
+      for (int i = 0; i < S::kXPerStage; ++i) xv[i] = xnext[i];
+      load_x(k0 + kStageK, xnext);
+    }
     // The slot read above is refilled only after its values are in registers and used.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t ck = k0 + u * KC;
-      if (ck >= k_end) break;  // the same for the whole warp
+      const int ck = k0 + u * KC;
+      if (ck >= span) break;  // the same for the whole warp
+      // B fragments: positions (2t, 2t+1) take x elements 4j, 4j+1 of the lane's group,
+      // (2t+8, 2t+9) elements 4j+2, 4j+3 — the same permutation as the weights'. Per j the
+      // h, m and l terms of both pairs.
+      uint32_t bx[S::MMAS * 6];
+      if constexpr (kXShared) {
+        const uint4* src = xs_lane + ck / 4 * 6 / 4;
+#pragma unroll
+        for (int i = 0; i < S::MMAS * 6 / 4; ++i) {
+          const uint4 v = has_x ? src[i] : make_uint4(0, 0, 0, 0);
+          bx[4 * i] = v.x;
+          bx[4 * i + 1] = v.y;
+          bx[4 * i + 2] = v.z;
+          bx[4 * i + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < S::MMAS; ++j) {
+          const float* x4 = xv + u * VE + 4 * j;
+          const Split3 b01 = split3(x4[0], x4[1]), b23 = split3(x4[2], x4[3]);
+          const uint32_t terms[6] = {b01.h, b23.h, b01.m, b23.m, b01.l, b23.l};
+#pragma unroll
+          for (int i = 0; i < 6; ++i) bx[6 * j + i] = terms[i];
+        }
+      }
 #pragma unroll
       for (int j = 0; j < S::MMAS; ++j) {
         uint32_t a[4];
         a_fragment<E>(wa[u], wb[u], j, a);
-        // B fragment: positions (2t, 2t+1) take x elements 4j, 4j+1 of the lane's group,
-        // (2t+8, 2t+9) elements 4j+2, 4j+3 — the same permutation as the weights'.
-        const float* x4 = xv + u * VE + 4 * j;
-        const Split3 b01 = split3(x4[0], x4[1]), b23 = split3(x4[2], x4[3]);
-        mma(ch, a[0], a[1], a[2], a[3], b01.h, b23.h);
-        mma(cm, a[0], a[1], a[2], a[3], b01.m, b23.m);
-        mma(cl, a[0], a[1], a[2], a[3], b01.l, b23.l);
+        const uint32_t* b = bx + 6 * j;
+        mma(ch, a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma(cm, a[0], a[1], a[2], a[3], b[2], b[3]);
+        mma(cl, a[0], a[1], a[2], a[3], b[4], b[5]);
       }
-      const int64_t cend = ck + KC;
-      if (mat.scale != nullptr && (cend % p.block_cols == 0 || cend >= k_end)) {
-        const float sa = okA ? scale_at(p, mat.scale, rA, ck) : 0.0f;
-        const float sb = okB ? scale_at(p, mat.scale, rB, ck) : 0.0f;
+      const int cend = ck + KC;
+      if (scaled && (cend == block_end || cend >= span)) {
+        const float sa = okA ? scale_entry(p, mat.scale, sA) : 0.0f;
+        const float sb = okB ? scale_entry(p, mat.scale, sB) : 0.0f;
+        ++sA;
+        ++sB;
+        block_end += block_len;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           acc[i] = fmaf(ch[i] + (cm[i] + cl[i]), i < 2 ? sa : sb, acc[i]);
@@ -226,10 +344,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p) {
         }
       }
     }
-    issue(k_issue, slot_issue);
-    k_issue += kStageK;
-    slot_issue = slot_issue + 1 == D ? 0 : slot_issue + 1;
+    issue();
     slot = slot + 1 == D ? 0 : slot + 1;
+    ring_slot = ring + slot * (S::kStageBytes / 16);
   }
   pdl_trigger();  // every load of this CTA is done: the next kernel may start launching
 
@@ -237,30 +354,58 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p) {
                    rB, okA, okB, t);
 }
 
-template <auto kKernel, int kSmem>
-void launch(const Params& p, int groups) {
-  static const bool configured = [] {  // once per kernel
-    HIBANA_CUDA(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+// CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
+int ctas_per_sm(size_t smem) {
+  static const std::pair<int, int> sm = [] {
+    int dev = 0, total = 0, reserved = 0;
+    HIBANA_CUDA(cudaGetDevice(&dev));
+    HIBANA_CUDA(cudaDeviceGetAttribute(&total, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    HIBANA_CUDA(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    return std::make_pair(total, reserved);
+  }();
+  return std::min<int>(4, static_cast<int>(sm.first / (smem + sm.second)));
+}
+
+template <Elt E, bool kGrouped>
+void launch(const Params& p, int groups, int x_rows) {
+  using S = Gemv<E>;
+  const size_t x_bytes = static_cast<size_t>(x_rows) * S::x_pitch_bytes(p.split_len);
+  // Shared activations where they fit, unless their shared memory would leave fewer CTAs per
+  // SM than the grid needs to run in one wave while the per-warp kernel would not.
+  const int64_t ctas = (p.N + kRowsPerCta - 1) / kRowsPerCta * p.splits * groups;
+  const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
+  const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
+  const bool shared_x =
+      x_bytes <= static_cast<size_t>(kXSharedMax) && !(ctas > wave_shared && ctas <= wave_plain);
+  auto kernel = shared_x ? gemv_kernel<E, kGrouped, true> : gemv_kernel<E, kGrouped, false>;
+  static const bool configured = [] {  // once per instantiation
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     S::kSmem + kXSharedMax));
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, false>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
     return true;
   }();
   (void)configured;
+  const size_t smem = S::kSmem + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
-  launch_pdl(kKernel, grid, dim3(kWarps * 32), kSmem, p);
+  launch_pdl(kernel, grid, dim3(kWarps * 32), smem, p, x_rows);
   launched("gemv_kernel");
 }
 
 }  // namespace
 
-void run_gemv(Params& p, Elt elt, bool grouped, int groups) {
+void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
+  const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
   if (elt == Elt::bf16) {
-    grouped ? launch<gemv_kernel<Elt::bf16, true>, Gemv<Elt::bf16>::kSmem>(p, groups)
-            : launch<gemv_kernel<Elt::bf16, false>, Gemv<Elt::bf16>::kSmem>(p, groups);
+    grouped ? launch<Elt::bf16, true>(p, groups, x_rows)
+            : launch<Elt::bf16, false>(p, groups, x_rows);
   } else {
-    grouped ? launch<gemv_kernel<Elt::fp8, true>, Gemv<Elt::fp8>::kSmem>(p, groups)
-            : launch<gemv_kernel<Elt::fp8, false>, Gemv<Elt::fp8>::kSmem>(p, groups);
+    grouped ? launch<Elt::fp8, true>(p, groups, x_rows)
+            : launch<Elt::fp8, false>(p, groups, x_rows);
   }
 }
 

@@ -74,11 +74,15 @@ __device__ __forceinline__ void fill_rows(const Params& p, const int32_t* rows, 
   }
 }
 
-__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n,
-                                          int64_t k) {
-  const int64_t i = (n / p.block_rows) * p.scale_ld + k / p.block_cols;
+// Entry i of a weight's block scales (f32 or bf16).
+__device__ __forceinline__ float scale_entry(const Params& p, const void* scale, int64_t i) {
   if (p.scale_kind == 1) return static_cast<const float*>(scale)[i];
   return __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[i]);
+}
+
+__device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n,
+                                          int64_t k) {
+  return scale_entry(p, scale, (n / p.block_rows) * p.scale_ld + k / p.block_cols);
 }
 
 // Split-parallel launches: after every thread of the CTA has stored its partial sums, true in
@@ -115,9 +119,9 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 bool mma_supports(const Params& p, Elt elt);
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
-// Decode path (matmul_gemv.cu): the same products for up to 8 rows per group, streaming the
-// weights through warp-private rings with no barrier in the loop.
-void run_gemv(Params& p, Elt elt, bool grouped, int groups);
+// Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),
+// streaming the weights through warp-private rings with no barrier in the loop.
+void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list).

@@ -312,7 +312,7 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
   Params p = in;
   if (max_rows > kParallelRows && tiled_supports(p, grouped))
     return run_tiled(p, elt, grouped, max_rows, groups);
-  if (max_rows <= 8) return run_gemv(p, elt, grouped, groups);
+  if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;
   if (parallel) partial = split_scratch(p, kRowsPerCta, 32, max_rows, groups);

@@ -31,6 +31,16 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   device_memory(dst_device == Device::cpu ? src_device : dst_device).copy(dst, src, bytes);
 }
 
+void copy_batch(Device device, const std::vector<ByteCopy>& copies, bool to_host) {
+  if (device == Device::cpu) {
+    for (const ByteCopy& c : copies) {
+      if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+    }
+    return;
+  }
+  device_memory(device).copy_batch(copies, to_host);
+}
+
 void zero_bytes(void* p, Device device, size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::cpu) {

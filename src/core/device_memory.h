@@ -4,10 +4,18 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/tensor.h"
 
 namespace hibana {
+
+// One copy of a batch: `bytes` bytes from src to dst.
+struct ByteCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
 
 class DeviceMemory {
  public:
@@ -19,6 +27,14 @@ class DeviceMemory {
   // which). Returns once `dst` holds the bytes when dst is host memory; device-side copies are
   // ordered with the device's work.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Copies between this device's memory and host memory, all in one direction (to_host: every
+  // src is device memory and every dst host memory; else the reverse), returning once all are
+  // done and ordered after the device's queued work (and before work queued later). The
+  // default copies them one by one.
+  virtual void copy_batch(const std::vector<ByteCopy>& copies, bool to_host) {
+    for (const ByteCopy& c : copies) copy(c.dst, c.src, c.bytes);
+    (void)to_host;
+  }
   virtual void zero(void* p, size_t bytes) = 0;
   // Waits until all queued device work has finished.
   virtual void synchronize() = 0;
@@ -32,6 +48,9 @@ DeviceMemory& device_memory(Device device);
 
 // dst <- src for `bytes` bytes, whichever devices the two live on.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// A batch of copies between memory of `device` and host memory, in one direction (see
+// DeviceMemory::copy_batch); plain memcpy on the CPU.
+void copy_batch(Device device, const std::vector<ByteCopy>& copies, bool to_host);
 void zero_bytes(void* p, Device device, size_t bytes);
 // Copies a tensor's bytes (contiguous) to or from host memory.
 void copy_to_host(const Tensor& src, void* dst);

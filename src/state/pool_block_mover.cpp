@@ -29,29 +29,44 @@ size_t block_bytes(const StateViews& v, bool page) {
   return n;
 }
 
-// Blocks are copied between the pool (host memory on the CPU backend, device memory on CUDA)
-// and host buffers one layer at a time. A copy stream with pinned staging would overlap these
-// copies with compute; today they are synchronous.
-std::vector<uint8_t> pack(const StateViews& v, bool page, int32_t index) {
-  std::vector<uint8_t> out(block_bytes(v, page));
+// Each layer's row of the block in the pool and its offset in the payload.
+struct Part {
+  uint8_t* row;
+  size_t off, bytes;
+};
+std::vector<Part> block_parts(const StateViews& v, bool page, int32_t index) {
+  std::vector<Part> out;
   size_t off = 0;
   for (const Tensor* t : parts(v, page)) {
     const size_t per = row_bytes(*t);
-    copy_bytes(out.data() + off, Device::cpu, static_cast<const uint8_t*>(t->data) + per * index,
-               t->device, per);
+    out.push_back({static_cast<uint8_t*>(t->data) + per * index, off, per});
     off += per;
   }
   return out;
 }
 
+Device pool_device(const StateViews& v, bool page) {
+  const std::vector<Tensor>& a = page ? v.k_pages : v.conv;
+  return a.empty() ? Device::cpu : a.front().device;
+}
+
+// A block is copied between the pool (host memory on the CPU backend, device memory on CUDA)
+// and its host buffer as one batch of per-layer copies (on CUDA: one synchronisation per block,
+// through pinned staging on a copy stream).
+std::vector<uint8_t> pack(const StateViews& v, bool page, int32_t index) {
+  std::vector<uint8_t> out(block_bytes(v, page));
+  std::vector<ByteCopy> copies;
+  for (const Part& p : block_parts(v, page, index))
+    copies.push_back({out.data() + p.off, p.row, p.bytes});
+  copy_batch(pool_device(v, page), copies, true);
+  return out;
+}
+
 void unpack(const StateViews& v, bool page, int32_t index, std::span<const uint8_t> bytes) {
-  size_t off = 0;
-  for (const Tensor* t : parts(v, page)) {
-    const size_t per = row_bytes(*t);
-    copy_bytes(static_cast<uint8_t*>(t->data) + per * index, t->device, bytes.data() + off,
-               Device::cpu, per);
-    off += per;
-  }
+  std::vector<ByteCopy> copies;
+  for (const Part& p : block_parts(v, page, index))
+    copies.push_back({p.row, bytes.data() + p.off, p.bytes});
+  copy_batch(pool_device(v, page), copies, false);
 }
 
 }  // namespace

@@ -87,10 +87,27 @@ std::vector<int32_t> conversation_on_disk(const std::shared_ptr<const Model>& mo
   return hist;
 }
 
-class SsdTier : public testing::TestWithParam<std::string> {};
+// "qwen3_next" runs on the CPU, "qwen3_next_cuda" on the GPU (there the blocks move between
+// device memory and the tiers through the CUDA backend's batched, pinned copies).
+bool on_cuda(const std::string& param) {
+  return param.ends_with("_cuda");
+}
+std::string fixture_of(const std::string& param) {
+  return on_cuda(param) ? param.substr(0, param.size() - 5) : param;
+}
+std::shared_ptr<const Model> model_of(const std::string& param) {
+  return test::load_fixture_model(fixture_of(param), on_cuda(param) ? "cuda" : "cpu");
+}
+
+class SsdTier : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (on_cuda(GetParam()) && test::unavailable("cuda")) GTEST_SKIP();
+  }
+};
 
 TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions tiny = exact();
@@ -127,7 +144,7 @@ TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
 // Device pool of a few pages, host tier of a few more, SSD below: interleaved agents come back
 // to state restored from host RAM and from disk, and outputs equal the cache-off run.
 TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   const EngineOptions tiered = tiered_options(*model, dir.path(), 12, 8);
@@ -157,7 +174,7 @@ TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
 // A returning conversation's blocks are read from the SSD into host RAM while its request
 // waits in the queue; admission then restores them from RAM.
 TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions opt = exact();
@@ -192,7 +209,7 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
 // pushed out to the SSD: the prefetcher starts past the blocks the device holds (the engine
 // thread tells it how many) and warms host RAM with the SSD part while the request waits.
 TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   const EngineOptions tiered = tiered_options(*model, dir.path(), 12, 2);
@@ -231,7 +248,7 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
 // brings the first 4 of a conversation's 9 blocks into the pool; when the conversation comes
 // back, only the blocks on the SSD past those 4 (its other 5 and their checkpoints) are read.
 TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions opt = exact();
@@ -268,7 +285,7 @@ TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
 }
 
 TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions opt = exact();
@@ -295,7 +312,7 @@ TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
 }
 
 TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions opt = exact();
@@ -336,7 +353,7 @@ TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
 // the later blocks but resumes from the device checkpoint, and the hit counts say the tokens it
 // resumed came from the device, not from the SSD.
 TEST_P(SsdTier, HitTokensCountTheTierTheResumedBlocksCameFrom) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   if (model->state_spec().deltanet_layers == 0) GTEST_SKIP() << "no checkpoints";
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
@@ -375,7 +392,7 @@ TEST_P(SsdTier, HitTokensCountTheTierTheResumedBlocksCameFrom) {
 // The same weights under another config.json value that changes what the state is (RoPE base,
 // norm epsilon, experts per token) are another model: none of the first one's blocks is used.
 TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
-  std::shared_ptr<const Model> model = test::load_fixture_model(GetParam());
+  std::shared_ptr<const Model> model = model_of(GetParam());
   const int64_t V = model->config().vocab_size;
   test::TempDir dir;
   EngineOptions opt = exact();
@@ -385,7 +402,7 @@ TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
     Engine writer(model, opt);
     run(writer, prompt, 4);
   }
-  const fs::path source = test::fixture_model_dir(GetParam());
+  const fs::path source = test::fixture_model_dir(fixture_of(GetParam()));
   std::ifstream in(source / "config.json");
   const nlohmann::json config = nlohmann::json::parse(in);
   using Change = std::function<void(nlohmann::json&)>;
@@ -410,7 +427,8 @@ TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SsdTier, testing::Values("qwen3_moe", "qwen3_next", "qwen3_5"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, SsdTier,
+                         testing::Values("qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_next_cuda"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/error.h"
 #include "core/log.h"
 
 namespace hibana {
@@ -11,6 +12,8 @@ std::string rank_cache_dir(const std::string& dir, int rank, int ranks) {
   return dir + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks);
 }
 
+// "host N\nssd N\ndir " then the directory as it is, to the end (it may hold anything,
+// newlines included).
 std::string TierSetup::encode() const {
   return "host " + std::to_string(host_bytes) + "\nssd " + std::to_string(ssd_bytes) + "\ndir " +
          dir;
@@ -19,12 +22,15 @@ std::string TierSetup::encode() const {
 TierSetup TierSetup::decode(const std::string& words) {
   TierSetup s;
   std::istringstream in(words);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("host ", 0) == 0) s.host_bytes = std::stoull(line.substr(5));
-    if (line.rfind("ssd ", 0) == 0) s.ssd_bytes = std::stoull(line.substr(4));
-    if (line.rfind("dir ", 0) == 0) s.dir = line.substr(4);
-  }
+  std::string host, ssd;
+  check(std::getline(in, host) && std::getline(in, ssd) && host.rfind("host ", 0) == 0 &&
+            ssd.rfind("ssd ", 0) == 0,
+        ErrorKind::internal, "malformed tier setup message");
+  s.host_bytes = std::stoull(host.substr(5));
+  s.ssd_bytes = std::stoull(ssd.substr(4));
+  const size_t at = host.size() + ssd.size() + 2;
+  check(words.compare(at, 4, "dir ") == 0, ErrorKind::internal, "malformed tier setup message");
+  s.dir = words.substr(at + 4);
   return s;
 }
 

@@ -174,8 +174,12 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
               " needs a communicator on its device (NCCL for --device cuda, MPI for cpu)");
     tp_ = std::make_unique<TensorParallel>(config_, std::move(*shard));
   }
-  unpack_projections(weights_);
+  // The fingerprint first: it must not depend on the layout the device gets below.
   fingerprint_ = weights_fingerprint(config_, weights_);
+  // On a GPU the packed projections' column maps are folded into their weight rows (one
+  // stacked matmul per DeltaNet layer, no gathers). On the CPU the rows stay where the
+  // checkpoint has them (mapped, not copied into the heap) and the layers gather the columns.
+  if (backend_->device() != Device::cpu) unpack_projections(weights_);
   if (tp_) {  // a shard's state is another model's: never restored by another rank or --tp
     const uint64_t shard[3] = {fingerprint_, static_cast<uint64_t>(tp_->plan.rank),
                                static_cast<uint64_t>(tp_->plan.ranks)};

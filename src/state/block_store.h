@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -10,6 +11,9 @@
 #include "state/block_key.h"
 
 namespace hibana {
+
+// A block's bytes, shared by a tier and the moves that read them; never changed once made.
+using BlockBytes = std::shared_ptr<const std::vector<uint8_t>>;
 
 class BlockStore {
  public:
@@ -22,6 +26,15 @@ class BlockStore {
   // True when the block is held in host RAM, so restoring it reads memory, not the disk.
   virtual bool in_memory(const BlockKey& /*key*/) const { return false; }
   virtual void clear_block(const BlockKey& key) = 0;
+  // put and get without copying the payload, for tiers that keep blocks in memory (HostStore
+  // keeps and hands out the buffer itself); the defaults go through put and get.
+  virtual bool put_shared(const BlockKey& key, uint32_t kind, BlockBytes payload) {
+    return put(key, kind, *payload);
+  }
+  virtual BlockBytes get_shared(const BlockKey& key, uint32_t kind) {
+    std::optional<std::vector<uint8_t>> bytes = get(key, kind);
+    return bytes ? std::make_shared<const std::vector<uint8_t>>(std::move(*bytes)) : nullptr;
+  }
 };
 
 }  // namespace hibana

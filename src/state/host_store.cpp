@@ -27,42 +27,58 @@ void HostStore::erase(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterato
   blocks_.erase(it);
 }
 
+void HostStore::refused() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.refused;
+}
+
 bool HostStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) {
   if (payload.size() > capacity_) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++stats_.refused;
-    }
+    refused();
     return next_ ? next_->put(key, kind, payload) : false;
   }
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(payload.begin(), payload.end());
+  return put_shared(key, kind,
+                    std::make_shared<const std::vector<uint8_t>>(payload.begin(), payload.end()));
+}
+
+bool HostStore::put_shared(const BlockKey& key, uint32_t kind, BlockBytes payload) {
+  const uint64_t n = payload->size();
+  if (n > capacity_) {
+    refused();
+    return next_ ? next_->put_shared(key, kind, std::move(payload)) : false;
+  }
   WriteDowns leaving;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(key);
     if (it != blocks_.end()) erase(it);
-    evict_to(capacity_ - payload.size(), leaving);
-    insert(key, kind, std::move(bytes), false);
+    evict_to(capacity_ - n, leaving);
+    insert(key, kind, std::move(payload), false);
   }
   write_down(leaving);
   return true;
 }
 
-std::optional<std::vector<uint8_t>> HostStore::get(const BlockKey& key, uint32_t kind) {
-  Bytes found;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.find(key);
-    if (it != blocks_.end() && it->second.kind == kind) {
-      ++stats_.hits;
-      if (!it->second.writing) lru_.splice(lru_.begin(), lru_, it->second.lru);
-      found = it->second.bytes;
-    } else {
-      ++stats_.misses;
-    }
+HostStore::Bytes HostStore::find(const BlockKey& key, uint32_t kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blocks_.find(key);
+  if (it == blocks_.end() || it->second.kind != kind) {
+    ++stats_.misses;
+    return nullptr;
   }
-  if (found) return *found;  // the copy is made outside the lock; the bytes never change
+  ++stats_.hits;
+  if (!it->second.writing) lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.bytes;
+}
+
+std::optional<std::vector<uint8_t>> HostStore::get(const BlockKey& key, uint32_t kind) {
+  if (Bytes found = find(key, kind)) return *found;  // copied outside the lock: never changed
   return next_ ? next_->get(key, kind) : std::nullopt;
+}
+
+BlockBytes HostStore::get_shared(const BlockKey& key, uint32_t kind) {
+  if (Bytes found = find(key, kind)) return found;
+  return next_ ? next_->get_shared(key, kind) : nullptr;
 }
 
 bool HostStore::contains(const BlockKey& key) const {

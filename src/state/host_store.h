@@ -38,6 +38,10 @@ class HostStore final : public BlockStore {
 
   bool put(const BlockKey& key, uint32_t kind, std::span<const uint8_t> payload) override;
   std::optional<std::vector<uint8_t>> get(const BlockKey& key, uint32_t kind) override;
+  // Keeps `payload` itself / hands out the buffer it keeps (no copy; a miss in RAM reads the
+  // next tier).
+  bool put_shared(const BlockKey& key, uint32_t kind, BlockBytes payload) override;
+  BlockBytes get_shared(const BlockKey& key, uint32_t kind) override;
   bool contains(const BlockKey& key) const override;
   bool in_memory(const BlockKey& key) const override;
   void clear_block(const BlockKey& key) override;
@@ -48,7 +52,7 @@ class HostStore final : public BlockStore {
   HostStoreStats stats() const;
 
  private:
-  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+  using Bytes = BlockBytes;
   struct Entry {
     uint32_t kind;
     Bytes bytes;   // shared with a write-down in flight, which reads it outside the lock
@@ -71,6 +75,10 @@ class HostStore final : public BlockStore {
   // Lock not held: writes the blocks down, then drops them from RAM (or keeps a failed one).
   void write_down(WriteDowns& blocks);
   void insert(const BlockKey& key, uint32_t kind, Bytes bytes, bool below);
+  // The block's bytes if RAM holds it (counted as a hit or a miss).
+  Bytes find(const BlockKey& key, uint32_t kind);
+  // Counts a block too large for the budget, which goes straight to the next tier.
+  void refused();
   void erase(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
 
   const uint64_t capacity_;

@@ -53,11 +53,11 @@ Device pool_device(const StateViews& v, bool page) {
 // A block is copied between the pool (host memory on the CPU backend, device memory on CUDA)
 // and its host buffer as one batch of per-layer copies (on CUDA: one synchronisation per block,
 // through pinned staging on a copy stream).
-std::vector<uint8_t> pack(const StateViews& v, bool page, int32_t index) {
-  std::vector<uint8_t> out(block_bytes(v, page));
+BlockBytes pack(const StateViews& v, bool page, int32_t index) {
+  auto out = std::make_shared<std::vector<uint8_t>>(block_bytes(v, page));
   std::vector<ByteCopy> copies;
   for (const Part& p : block_parts(v, page, index))
-    copies.push_back({out.data() + p.off, p.row, p.bytes});
+    copies.push_back({out->data() + p.off, p.row, p.bytes});
   copy_batch(pool_device(v, page), copies, true);
   return out;
 }
@@ -87,11 +87,11 @@ bool PoolBlockMover::move(const BlockMove& m, const StateViews& state) {
   switch (m.op) {
     case Op::save_page:
     case Op::save_slot:
-      return lower_->put(key, m.kind, pack(state, m.op == Op::save_page, m.index));
+      return lower_->put_shared(key, m.kind, pack(state, m.op == Op::save_page, m.index));
     case Op::load_page:
     case Op::load_slot: {
       const bool page = m.op == Op::load_page;
-      std::optional<std::vector<uint8_t>> bytes = lower_->get(key, m.kind);
+      const BlockBytes bytes = lower_->get_shared(key, m.kind);
       if (!bytes || bytes->size() != block_bytes(state, page)) return false;
       unpack(state, page, m.index, *bytes);
       return true;

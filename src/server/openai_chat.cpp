@@ -90,10 +90,6 @@ Json chunk_base(const ChatResponseInfo& info) {
   return j;
 }
 
-std::string sse(const Json& j) {
-  return "data: " + dump(j) + "\n\n";
-}
-
 Json tool_call_delta_json(const ToolCallDelta& t) {
   Json j = Json::object();
   j["index"] = t.index;
@@ -148,19 +144,10 @@ class ChatStreamEncoder final : public StreamEncoder {
   }
 
   std::string end(const std::vector<ChoiceResult>&, const UsageTotals& usage) override {
-    std::string out;
-    if (info_.include_usage) {
-      Json j = chunk_base(info_);
-      j["choices"] = Json::array();
-      j["usage"] = openai_usage(usage);
-      out += sse(j);
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(chunk_base(info_), usage, info_.include_usage);
   }
 
-  std::string fail(const ApiError& error) override {
-    return error_event(ApiFamily::openai, error, "") + "data: [DONE]\n\n";
-  }
+  std::string fail(const ApiError& error) override { return openai_stream_fail(error); }
 
  private:
   std::string choice_chunk(int index, Json delta, const char* finish, Json logprobs = nullptr) {
@@ -172,7 +159,7 @@ class ChatStreamEncoder final : public StreamEncoder {
     Json j = chunk_base(info_);
     j["choices"] = Json::array({std::move(choice)});
     if (info_.include_usage) j["usage"] = nullptr;
-    return sse(j);
+    return openai_sse(j);
   }
 
   ChatResponseInfo info_;

@@ -165,4 +165,22 @@ void read_response_format(const Json* format, const std::string& field, ChatRequ
   }
 }
 
+std::string openai_sse(const Json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string openai_stream_end(Json base, const UsageTotals& usage, bool include_usage) {
+  std::string out;
+  if (include_usage) {
+    base["choices"] = Json::array();
+    base["usage"] = openai_usage(usage);
+    out += openai_sse(base);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string openai_stream_fail(const ApiError& error) {
+  return error_event(ApiFamily::openai, error, "") + "data: [DONE]\n\n";
+}
+
 }  // namespace hibana::server

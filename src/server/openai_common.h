@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "server/api_error.h"
 #include "server/chat_request.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
@@ -24,6 +25,14 @@ Json chat_logprobs(const std::vector<LogprobEntry>& entries);
 
 // stop | length | tool_calls.
 const char* openai_finish_reason(FinishKind kind);
+
+// One server-sent event of an OpenAI stream: "data: <json>\n\n".
+std::string openai_sse(const Json& j);
+// The end of an OpenAI stream: a chunk (`base` with no choices) carrying the usage when the
+// client asked for it (stream_options.include_usage), then "data: [DONE]".
+std::string openai_stream_end(Json base, const UsageTotals& usage, bool include_usage);
+// A stream that fails after it started: the error event, then "data: [DONE]".
+std::string openai_stream_fail(const ApiError& error);
 
 // Reads tools ([{type: "function", function: {name, description, parameters}}]) and
 // tool_choice / parallel_tool_calls into the request.

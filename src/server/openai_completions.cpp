@@ -83,10 +83,6 @@ Json base(const CompletionInfo& info) {
   return j;
 }
 
-std::string sse(const Json& j) {
-  return "data: " + dump(j) + "\n\n";
-}
-
 class CompletionStreamEncoder final : public StreamEncoder {
  public:
   explicit CompletionStreamEncoder(CompletionInfo info)
@@ -115,19 +111,10 @@ class CompletionStreamEncoder final : public StreamEncoder {
   }
 
   std::string end(const std::vector<ChoiceResult>&, const UsageTotals& usage) override {
-    std::string out;
-    if (info_.include_usage) {
-      Json j = base(info_);
-      j["choices"] = Json::array();
-      j["usage"] = openai_usage(usage);
-      out += sse(j);
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(base(info_), usage, info_.include_usage);
   }
 
-  std::string fail(const ApiError& error) override {
-    return error_event(ApiFamily::openai, error, "") + "data: [DONE]\n\n";
-  }
+  std::string fail(const ApiError& error) override { return openai_stream_fail(error); }
 
  private:
   std::string chunk(int index, const std::string& text, const char* finish, Json logprobs) {
@@ -139,7 +126,7 @@ class CompletionStreamEncoder final : public StreamEncoder {
     Json j = base(info_);
     j["choices"] = Json::array({std::move(c)});
     if (info_.include_usage) j["usage"] = nullptr;
-    return sse(j);
+    return openai_sse(j);
   }
 
   CompletionInfo info_;

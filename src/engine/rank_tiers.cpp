@@ -29,7 +29,8 @@ TierSetup TierSetup::decode(const std::string& words) {
   s.host_bytes = std::stoull(host.substr(5));
   s.ssd_bytes = std::stoull(ssd.substr(4));
   const size_t at = host.size() + ssd.size() + 2;
-  check(words.compare(at, 4, "dir ") == 0, ErrorKind::internal, "malformed tier setup message");
+  check(at <= words.size() && words.compare(at, 4, "dir ") == 0, ErrorKind::internal,
+        "malformed tier setup message");
   s.dir = words.substr(at + 4);
   return s;
 }

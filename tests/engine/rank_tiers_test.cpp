@@ -2,6 +2,7 @@
 // name holds.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "engine/rank_tiers.h"
 
 namespace hibana {
@@ -18,6 +19,13 @@ TEST(TierSetup, RoundTripsAnyDirectoryName) {
     EXPECT_EQ(back.host_bytes, 123u) << dir;
     EXPECT_EQ(back.ssd_bytes, uint64_t(9) << 40) << dir;
     EXPECT_EQ(back.dir, dir);
+  }
+}
+
+TEST(TierSetup, AMalformedMessageIsAnError) {
+  for (const std::string bad :
+       {"", "host 1", "host 1\nssd 2", "host 1\nssd 2\ndi", "ssd 2\nhost 1\ndir x"}) {
+    EXPECT_THROW(TierSetup::decode(bad), Error) << bad;
   }
 }
 

@@ -209,7 +209,7 @@ class CudaMemory final : public DeviceMemory {
       size_t off = 0;
       if (!to_host) {
         for (size_t k = i; k < j; off += copies[k++].bytes) {
-          std::memcpy(staging_ + off, copies[k].src, copies[k].bytes);
+          if (copies[k].bytes) std::memcpy(staging_ + off, copies[k].src, copies[k].bytes);
         }
       }
       HIBANA_CUDA(cudaEventRecord(ready_, stream()));
@@ -230,7 +230,7 @@ class CudaMemory final : public DeviceMemory {
       if (to_host) {
         off = 0;
         for (size_t k = i; k < j; off += copies[k++].bytes) {
-          std::memcpy(copies[k].dst, staging_ + off, copies[k].bytes);
+          if (copies[k].bytes) std::memcpy(copies[k].dst, staging_ + off, copies[k].bytes);
         }
       }
       i = j;
@@ -250,11 +250,14 @@ class CudaMemory final : public DeviceMemory {
       HIBANA_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     }
     if (bytes <= staging_bytes_) return true;
+    if (no_pinned_) return false;
     const size_t want =
         std::max(bytes, std::min(kStagingBytes, std::max(staging_bytes_ * 2, size_t(1) << 20)));
     void* p = nullptr;
     if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
       cudaGetLastError();
+      no_pinned_ = true;  // not asked again for every copy that follows
+      log_warn("no page-locked host memory for staging state copies: copying directly");
       return false;
     }
     if (staging_) HIBANA_CUDA(cudaFreeHost(staging_));
@@ -268,6 +271,7 @@ class CudaMemory final : public DeviceMemory {
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   uint8_t* staging_ = nullptr;
   size_t staging_bytes_ = 0;
+  bool no_pinned_ = false;
 };
 
 // With HIBANA_CUDA_TIMING=1 every op is bracketed by events and timing_report() sums the GPU

@@ -31,6 +31,7 @@
 // contiguous DRAM access, 3 CTAs per SM) was slower: 46% of copy bandwidth on 24576x4096
 // against 62%.
 #include <algorithm>
+#include <cassert>
 #include <utility>
 
 #include "backend/cuda/matmul_impl.h"
@@ -228,6 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   // This lane's token: g (zeros for lanes past the rows).
   const int64_t xrow = kXShared ? -1 : x_row_of(g);
+  // (x_rows bounds the rows of every group: run_gemv's max_rows contract.)
+  assert(!kXShared || rows_here - m0 <= x_rows);
   const bool has_x = g < x_rows;
   const uint4* xs_lane = reinterpret_cast<const uint4*>(xs + g * x_pitch + t * (VE / 4) * 6);
   const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;

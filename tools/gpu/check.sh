@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve,
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve, tiers,
 # profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape),
 # floor (tools/gpu/launch_floor.cu: per-kernel floor of empty and bare-read kernels in a graph).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
@@ -95,6 +95,16 @@ stage_floor() {
     timeout 120 $B/launch_floor 2>&1 | tee "$OUT/launch_floor.log"
 }
 
+# The prefix cache's tiers on the GPU (issue #5's benchmark): a returning 32k-token
+# conversation's time to first token from each tier, and the agent replay's hit rate, both on
+# the embedded model served from CUDA.
+stage_tiers() {
+  timeout 200 python3 tools/load/returning_conversation.py --bin $B/hibana --tokens 32768 2>&1 |
+    tail -6 | tee "$OUT/tiers_returning.txt"
+  timeout 200 python3 tools/load/agent_replay.py --bin $B/hibana 2>&1 | tail -8 |
+    tee "$OUT/tiers_replay.txt"
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -123,6 +133,7 @@ for s in "$@"; do
     bench-80b) bench_decode qwen3-next-80b-a3b fp8 400 ;;
     prefill) stage_prefill ;;
     serve) stage_serve ;;
+    tiers) stage_tiers ;;
     profile) stage_profile ;;
     matmul) stage_matmul ;;
     floor) stage_floor ;;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill, serve, tiers,
-# profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape),
-# floor (tools/gpu/launch_floor.cu: per-kernel floor of empty and bare-read kernels in a graph).
+# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill,
+# serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape),
+# floor (tools/gpu/launch_floor.cu: per-kernel floor of empty and bare-read kernels in a graph),
+# stream (tools/gpu/weight_stream.cu: the decode matmul's weight reads alone, two layouts).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
@@ -105,6 +106,13 @@ stage_tiers() {
     tee "$OUT/tiers_replay.txt"
 }
 
+# The decode matmul's weight stream without its arithmetic, row-major against tile-contiguous
+# (tools/gpu/weight_stream.cu).
+stage_stream() {
+  nvcc -O3 -std=c++17 -arch=sm_90 -o $B/weight_stream tools/gpu/weight_stream.cu &&
+    timeout 120 $B/weight_stream 2>&1 | tee "$OUT/weight_stream.log"
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -137,6 +145,7 @@ for s in "$@"; do
     profile) stage_profile ;;
     matmul) stage_matmul ;;
     floor) stage_floor ;;
+    stream) stage_stream ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

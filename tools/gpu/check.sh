@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
 # stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill,
-# serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode step), matmul (one product per decode shape),
-# floor (tools/gpu/launch_floor.cu: per-kernel floor of empty and bare-read kernels in a graph),
-# stream (tools/gpu/weight_stream.cu: the decode matmul's weight reads alone, two layouts).
+# serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
+# step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
+# floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
+# decode matmul's weight reads alone, two layouts).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "support/engine_turns.h"
 #include "support/fixture_model.h"
 
 namespace hibana {
@@ -12,27 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Turn {
-  std::vector<int32_t> tokens;
-  int64_t cached = 0;
-};
-
-Turn run(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int64_t checkpoint_at) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.max_tokens = n;
-  r.ignore_eos = true;
-  r.checkpoint_at = checkpoint_at;
-  auto s = e.submit(r);
-  Turn t;
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 60s)) {
-    if (ev.kind == StreamEvent::Kind::finished) break;
-    t.tokens.push_back(ev.token);
-  }
-  t.cached = s->usage().cached_tokens;
-  return t;
-}
+using test::Turn;
 
 std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
   std::vector<int32_t> t(n);
@@ -51,16 +32,16 @@ std::vector<std::vector<int32_t>> conversation(Engine& e, int64_t V, int32_t sal
                                                std::vector<int64_t>* cached) {
   std::vector<std::vector<int32_t>> outs;
   auto history = text(150, salt, V);
-  auto t1 = run(e, history, 20, -1);
+  auto t1 = test::run_turn(e, history, 20, -1);
   outs.push_back(t1.tokens);
   history = cat(history, t1.tokens);
   const int64_t before_tool = static_cast<int64_t>(history.size());
   auto with_tool = cat(history, text(70, salt + 1, V));
-  auto t2 = run(e, with_tool, 20, before_tool);
+  auto t2 = test::run_turn(e, with_tool, 20, before_tool);
   outs.push_back(t2.tokens);
   // The agent rewrites the tool result (a retried call): only the tail differs.
   auto rewritten = cat(history, text(90, salt + 2, V));
-  auto t3 = run(e, rewritten, 20, before_tool);
+  auto t3 = test::run_turn(e, rewritten, 20, before_tool);
   outs.push_back(t3.tokens);
   if (cached) *cached = {t1.cached, t2.cached, t3.cached};
   return outs;
@@ -100,8 +81,8 @@ TEST_P(PrefixCacheTest, InterleavedAgentsGetTheirOwnOutputs) {
   std::vector<int32_t> a = cat(system, text(80, 1, V)), b = cat(system, text(100, 2, V));
   std::vector<int32_t> a2 = a, b2 = b;
   for (int turn = 0; turn < 3; ++turn) {
-    auto ra = run(cached, a, 10, -1), rb = run(cached, b, 10, -1);
-    auto pa = run(plain, a2, 10, -1), pb = run(plain, b2, 10, -1);
+    auto ra = test::run_turn(cached, a, 10, -1), rb = test::run_turn(cached, b, 10, -1);
+    auto pa = test::run_turn(plain, a2, 10, -1), pb = test::run_turn(plain, b2, 10, -1);
     EXPECT_EQ(ra.tokens, pa.tokens) << "agent A, turn " << turn;
     EXPECT_EQ(rb.tokens, pb.tokens) << "agent B, turn " << turn;
     if (turn > 0) {
@@ -139,7 +120,7 @@ TEST_P(PrefixCacheTest, AKeptCheckpointReplacesTheSequencesEarlierBoundaryOne) {
   EngineOptions on;
   on.step_token_budget = 512;
   Engine e(model, on);
-  run(e, text(600, 3, V), 4, 576);
+  test::run_turn(e, text(600, 3, V), 4, 576);
   e.wait_idle();
   EXPECT_EQ(e.metrics().cache_checkpoints, 1) << "the checkpoint at 512 was kept";
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "support/engine_turns.h"
 #include "support/fixture_model.h"
 #include "support/temp_dir.h"
 
@@ -19,27 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-struct Turn {
-  std::vector<int32_t> tokens;
-  int64_t cached = 0;
-};
-
-Turn run(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int64_t checkpoint_at = -1) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.max_tokens = n;
-  r.ignore_eos = true;
-  r.checkpoint_at = checkpoint_at;
-  auto s = e.submit(r);
-  Turn t;
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 60s)) {
-    if (ev.kind == StreamEvent::Kind::finished) break;
-    t.tokens.push_back(ev.token);
-  }
-  t.cached = s->usage().cached_tokens;
-  return t;
-}
+using test::Turn;
 
 std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
   std::vector<int32_t> t(n);
@@ -83,7 +64,7 @@ std::vector<int32_t> conversation_on_disk(const std::shared_ptr<const Model>& mo
                                           const EngineOptions& opt) {
   std::vector<int32_t> hist = text(600, 7, model->config().vocab_size);
   Engine first(model, opt);
-  append(hist, run(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
+  append(hist, test::run_turn(first, hist, 8, static_cast<int64_t>(hist.size())).tokens);
   return hist;
 }
 
@@ -122,8 +103,8 @@ TEST_P(SsdTier, InterleavedAgentsRestoreFromDisk) {
   for (int turn = 0; turn < 3; ++turn) {
     for (int a = 0; a < agents; ++a) {
       const int64_t before = static_cast<int64_t>(hist[a].size());
-      Turn t = run(cached, hist[a], 8, before);
-      Turn p = run(plain, hist_plain[a], 8, before);
+      Turn t = test::run_turn(cached, hist[a], 8, before);
+      Turn p = test::run_turn(plain, hist_plain[a], 8, before);
       ASSERT_EQ(t.tokens, p.tokens) << "agent " << a << " turn " << turn;
       if (turn > 0) {
         EXPECT_GE(t.cached, 128) << "agent " << a << " turn " << turn;
@@ -156,8 +137,8 @@ TEST_P(SsdTier, HostTierBetweenDeviceAndDisk) {
   for (int turn = 0; turn < 3; ++turn) {
     for (int a = 0; a < agents; ++a) {
       const int64_t before = static_cast<int64_t>(hist[a].size());
-      Turn t = run(cached, hist[a], 8, before);
-      ASSERT_EQ(t.tokens, run(plain, hist[a], 8, before).tokens)
+      Turn t = test::run_turn(cached, hist[a], 8, before);
+      ASSERT_EQ(t.tokens, test::run_turn(plain, hist[a], 8, before).tokens)
           << "agent " << a << " turn " << turn;
       append(hist[a], t.tokens);
       append(hist[a], text(40, 100 + a + turn, V));
@@ -200,7 +181,7 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
     got.push_back(ev.token);
   }
-  EXPECT_EQ(got, run(plain, hist, 8).tokens);
+  EXPECT_EQ(got, test::run_turn(plain, hist, 8).tokens);
   EXPECT_GE(s->usage().cached_tokens, 512);
   EXPECT_GT(second.metrics().host_hits, 0u);
 }
@@ -218,9 +199,9 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
   // 9 full blocks of A in the pool, then B takes 7 of its 12 pages: A's last 4 blocks are
   // evicted into host RAM (2 pages), which writes the older ones down to the SSD.
   std::vector<int32_t> a = text(600, 11, V);
-  append(a, run(e, a, 8, static_cast<int64_t>(a.size())).tokens);
+  append(a, test::run_turn(e, a, 8, static_cast<int64_t>(a.size())).tokens);
   const std::vector<int32_t> b = text(420, 12, V);
-  run(e, b, 8, static_cast<int64_t>(b.size()));
+  test::run_turn(e, b, 8, static_cast<int64_t>(b.size()));
   e.wait_idle();
   ASSERT_GT(e.metrics().host_written_down, 0u) << "nothing of A reached the SSD";
   ASSERT_EQ(e.metrics().host_prefetched, 0u);
@@ -241,7 +222,7 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
   while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
     got.push_back(ev.token);
   }
-  EXPECT_EQ(got, run(plain, a, 8).tokens);
+  EXPECT_EQ(got, test::run_turn(plain, a, 8).tokens);
 }
 
 // Blocks the device pool holds are not read again into host RAM: after a restart, a request
@@ -264,7 +245,8 @@ TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
   Engine second(model, tiered);
   std::vector<int32_t> head(hist.begin(), hist.begin() + 4 * 64);
   append(head, text(40, 9, V));
-  run(second, head, 4, 4 * 64);  // its first 4 blocks: restored (read through RAM) or computed
+  test::run_turn(second, head, 4,
+                 4 * 64);  // its first 4 blocks: restored (read through RAM) or computed
   second.hold_admission(true);
   GenerationRequest r;
   r.prompt = hist;
@@ -295,7 +277,7 @@ TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
   Turn first;
   {
     Engine before(model, opt);
-    first = run(before, history, 10);
+    first = test::run_turn(before, history, 10);
   }  // clean shutdown: every block goes to disk
   append(history, first.tokens);
   const int64_t before_tool = static_cast<int64_t>(history.size());
@@ -304,9 +286,9 @@ TEST_P(SsdTier, ARestartedEngineFindsItsStateOnDisk) {
   // The metrics show what is on disk before the first request.
   EXPECT_GT(after.metrics().ssd_blocks, 0u);
   EXPECT_GT(after.metrics().ssd_bytes, 0u);
-  Turn second = run(after, history, 10, before_tool);
+  Turn second = test::run_turn(after, history, 10, before_tool);
   Engine plain(model, off);
-  EXPECT_EQ(second.tokens, run(plain, history, 10, before_tool).tokens);
+  EXPECT_EQ(second.tokens, test::run_turn(plain, history, 10, before_tool).tokens);
   EXPECT_GE(second.cached, 192);
   EXPECT_GT(after.metrics().ssd_hit_tokens, 0u);
 }
@@ -321,7 +303,7 @@ TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
   auto history = text(200, 7, V);
   {
     Engine writer(model, opt);
-    run(writer, history, 10);
+    test::run_turn(writer, history, 10);
   }
   // Flip one byte in the middle of every block file.
   int damaged = 0;
@@ -340,7 +322,7 @@ TEST_P(SsdTier, DamagedOrForeignBlocksAreNeverUsed) {
   append(history, text(30, 8, V));
   Engine reader(model, opt);
   Engine plain(model, off);
-  EXPECT_EQ(run(reader, history, 10).tokens, run(plain, history, 10).tokens);
+  EXPECT_EQ(test::run_turn(reader, history, 10).tokens, test::run_turn(plain, history, 10).tokens);
   EXPECT_GT(reader.metrics().ssd_corrupt, 0u);
   // A cache written by another model is ignored.
   std::shared_ptr<const Model> other = test::load_fixture_model("qwen3_dense");
@@ -376,11 +358,12 @@ TEST_P(SsdTier, HitTokensCountTheTierTheResumedBlocksCameFrom) {
   Engine second(model, opt);
   std::vector<int32_t> head(hist.begin(), hist.begin() + 4 * 64);
   append(head, text(40, 9, V));
-  run(second, head, 4, 4 * 64);  // computed: no checkpoint on disk within its first 4 blocks
+  test::run_turn(second, head, 4,
+                 4 * 64);  // computed: no checkpoint on disk within its first 4 blocks
   second.wait_idle();
   const EngineMetrics before = second.metrics();
   append(hist, text(30, 8, V));
-  const Turn t = run(second, hist, 8);
+  const Turn t = test::run_turn(second, hist, 8);
   second.wait_idle();
   const EngineMetrics after = second.metrics();
   ASSERT_EQ(t.cached, 256);
@@ -400,7 +383,7 @@ TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
   const std::vector<int32_t> prompt = text(200, 7, V);
   {
     Engine writer(model, opt);
-    run(writer, prompt, 4);
+    test::run_turn(writer, prompt, 4);
   }
   const fs::path source = test::fixture_model_dir(fixture_of(GetParam()));
   std::ifstream in(source / "config.json");
@@ -422,7 +405,8 @@ TEST_P(SsdTier, SameWeightsWithAnotherConfigAreAnotherModel) {
     std::shared_ptr<const Model> other = Model::load(copy.path(), make_cpu_backend());
     EXPECT_NE(other->fingerprint(), model->fingerprint()) << key;
     Engine stranger(other, opt);
-    EXPECT_EQ(run(stranger, prompt, 4).cached, 0) << "blocks of another " << key << " were used";
+    EXPECT_EQ(test::run_turn(stranger, prompt, 4).cached, 0)
+        << "blocks of another " << key << " were used";
     EXPECT_EQ(stranger.metrics().ssd_hit_tokens, 0u) << key;
   }
 }

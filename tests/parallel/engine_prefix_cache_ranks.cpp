@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
-#include "parallel/engine_turns.h"
+#include "support/engine_turns.h"
 #include "parallel/mpi_world.h"
 #include "support/fixture_model.h"
 

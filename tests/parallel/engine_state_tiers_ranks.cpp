@@ -14,7 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/generator.h"
-#include "parallel/engine_turns.h"
+#include "support/engine_turns.h"
 #include "parallel/mpi_world.h"
 #include "state/ssd_store.h"
 #include "support/fixture_model.h"

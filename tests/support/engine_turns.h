@@ -1,5 +1,5 @@
-// Shared by the 2-rank engine tests: one generation turn run to its end, with what the
-// engine reports about it.
+// Shared by the engine tests (prefix cache, tiers, the 2-rank ones): one generation turn run
+// to its end, with what the engine reports about it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,9 +18,10 @@ struct Turn {
   int64_t cached = 0;
 };
 
-// Greedy-continues `prompt` for n tokens (EOS ignored), checkpointing at `checkpoint_at`.
+// Greedy-continues `prompt` for n tokens (EOS ignored), checkpointing at `checkpoint_at` (-1:
+// the engine's default).
 inline Turn run_turn(Engine& e, const std::vector<int32_t>& prompt, int64_t n,
-                     int64_t checkpoint_at) {
+                     int64_t checkpoint_at = -1) {
   using namespace std::chrono_literals;
   GenerationRequest r;
   r.prompt = prompt;

@@ -68,6 +68,32 @@ std::vector<int32_t> conversation_on_disk(const std::shared_ptr<const Model>& mo
   return hist;
 }
 
+// Holds admission, submits `prompt` for 8 greedy tokens and waits (up to 30 s) until the
+// prefetcher has read `blocks` blocks into host RAM; admission stays held.
+std::shared_ptr<RequestStream> submit_held(Engine& e, const std::vector<int32_t>& prompt,
+                                           uint64_t blocks) {
+  e.hold_admission(true);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  auto s = e.submit(r);
+  for (int i = 0; i < 3000 && e.metrics().host_prefetched < blocks; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  return s;
+}
+
+// The tokens of a stream, to its end.
+std::vector<int32_t> tokens_of(RequestStream& s) {
+  std::vector<int32_t> got;
+  StreamEvent ev;
+  while (s.next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
+    got.push_back(ev.token);
+  }
+  return got;
+}
+
 // "qwen3_next" runs on the CPU, "qwen3_next_cuda" on the GPU (there the blocks move between
 // device memory and the tiers through the CUDA backend's batched, pinned copies).
 bool on_cuda(const std::string& param) {
@@ -166,22 +192,10 @@ TEST_P(SsdTier, WaitingRequestsArePrefetchedIntoHostRam) {
   tiered.host_cache_bytes = int64_t(64) << 20;
   const EngineOptions off = cache_off();
   Engine second(model, tiered), plain(model, off);
-  second.hold_admission(true);
-  GenerationRequest r;
-  r.prompt = hist;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  auto s = second.submit(r);
-  for (int i = 0; i < 3000 && second.metrics().host_prefetched < 9; ++i)
-    std::this_thread::sleep_for(10ms);
+  auto s = submit_held(second, hist, 9);
   EXPECT_GE(second.metrics().host_prefetched, 9u) << "the 9 full blocks were not prefetched";
   second.hold_admission(false);
-  std::vector<int32_t> got;
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
-    got.push_back(ev.token);
-  }
-  EXPECT_EQ(got, test::run_turn(plain, hist, 8).tokens);
+  EXPECT_EQ(tokens_of(*s), test::run_turn(plain, hist, 8).tokens);
   EXPECT_GE(s->usage().cached_tokens, 512);
   EXPECT_GT(second.metrics().host_hits, 0u);
 }
@@ -206,23 +220,11 @@ TEST_P(SsdTier, PrefetchStartsPastTheBlocksOnTheDevice) {
   ASSERT_GT(e.metrics().host_written_down, 0u) << "nothing of A reached the SSD";
   ASSERT_EQ(e.metrics().host_prefetched, 0u);
   append(a, text(30, 13, V));
-  e.hold_admission(true);
-  GenerationRequest r;
-  r.prompt = a;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  auto s = e.submit(r);
-  for (int i = 0; i < 3000 && e.metrics().host_prefetched < 2; ++i)
-    std::this_thread::sleep_for(10ms);
+  auto s = submit_held(e, a, 2);
   EXPECT_GE(e.metrics().host_prefetched, 2u)
       << "the blocks on the SSD past the device's were not prefetched";
   e.hold_admission(false);
-  std::vector<int32_t> got;
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
-    got.push_back(ev.token);
-  }
-  EXPECT_EQ(got, test::run_turn(plain, a, 8).tokens);
+  EXPECT_EQ(tokens_of(*s), test::run_turn(plain, a, 8).tokens);
 }
 
 // Blocks the device pool holds are not read again into host RAM: after a restart, a request
@@ -246,23 +248,13 @@ TEST_P(SsdTier, BlocksOnTheDeviceAreNotPrefetched) {
   std::vector<int32_t> head(hist.begin(), hist.begin() + 4 * 64);
   append(head, text(40, 9, V));
   test::run_turn(second, head, 4,
-                 4 * 64);  // its first 4 blocks: restored (read through RAM) or computed
-  second.hold_admission(true);
-  GenerationRequest r;
-  r.prompt = hist;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  auto s = second.submit(r);
+                 4 * 64);             // its first 4 blocks: restored (read through RAM) or computed
   const uint64_t want = on_disk - 4;  // none of the 4 has a checkpoint on disk
-  for (int i = 0; i < 3000 && second.metrics().host_prefetched < want; ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
+  auto s = submit_held(second, hist, want);
   std::this_thread::sleep_for(100ms);  // a prefetcher reading more would have done so by now
   EXPECT_EQ(second.metrics().host_prefetched, want) << "blocks in the device pool were read";
   second.hold_admission(false);
-  StreamEvent ev;
-  while (s->next(ev, SteadyClock::now() + 60s) && ev.kind != StreamEvent::Kind::finished) {
-  }
+  tokens_of(*s);
   EXPECT_GE(s->usage().cached_tokens, 512);
 }
 

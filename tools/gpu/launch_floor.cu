@@ -13,14 +13,8 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                    \
-  do {                                                              \
-    cudaError_t e_ = (x);                                           \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
+#include "gpu_timing.cuh"
+
 
 __device__ __forceinline__ void pdl_start() {
 #if __CUDA_ARCH__ >= 900
@@ -69,32 +63,6 @@ __global__ void read_kernel(const uint4* src, size_t per_cta, int* sink, float* 
   }
 }
 
-template <typename Launch>
-float graph_us(cudaStream_t s, int reps, Launch&& launch) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (int r = 0; r < reps; ++r) launch();
-  CHECK(cudaStreamEndCapture(s, &g));
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaGraphLaunch(ge, s));  // warm-up
-  float best = 1e30f;
-  for (int t = 0; t < 5; ++t) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-  }
-  CHECK(cudaGraphExecDestroy(ge));
-  CHECK(cudaGraphDestroy(g));
-  return best * 1000.0f / reps;
-}
 
 template <typename... P, typename... A>
 void launch(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, bool pdl, A... args) {
@@ -129,21 +97,8 @@ int main() {
   CHECK(cudaMemset(counters, 0, 1 << 20));
 
   // Copy bandwidth (read + write), as hibana reports it.
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  float best = 1e30f;
-  for (int t = 0; t < 5; ++t) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaMemcpyAsync(dst, src, max_bytes, cudaMemcpyDeviceToDevice, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-  }
-  const double copy_gbs = 2.0 * max_bytes / (best * 1e-3) / 1e9;
-  std::printf("%s, %d SMs, copy bandwidth %.1f GB/s\n", prop.name, sms, copy_gbs);
+  const double copy = copy_gbs(s, dst, src, max_bytes);
+  std::printf("%s, %d SMs, copy bandwidth %.1f GB/s\n", prop.name, sms, copy);
 
   for (bool pdl : {false, true}) {
     const float us =
@@ -167,7 +122,7 @@ int main() {
           const double read = static_cast<double>(per_cta) * ctas;
           const double gbs = read / (us * 1e-6) / 1e9;
           std::printf("%7zu MiB %6d %5s %4s %10.2f %10.1f %8.1f%%\n", mib, ctas,
-                      tail ? "yes" : "no", pdl ? "on" : "off", us, gbs, 100.0 * gbs / copy_gbs);
+                      tail ? "yes" : "no", pdl ? "on" : "off", us, gbs, 100.0 * gbs / copy);
         }
       }
     }

@@ -17,21 +17,16 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                    \
-  do {                                                              \
-    cudaError_t e_ = (x);                                           \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
+#include "gpu_timing.cuh"
 
 constexpr int kWarps = 4, kStageBytes = 2048, kDepth = 6;  // per warp: 12 KiB of ring
 
 __device__ __forceinline__ void cp16(unsigned smem, const void* g) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem), "l"(g));
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void wait_groups() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -41,8 +36,8 @@ __device__ __forceinline__ void wait_groups() {
 // bytes of each row per stage (tiles == false) or one contiguous 2 KiB per stage (tiles ==
 // true: the warp's rows stored stage after stage).
 template <bool kTiles>
-__global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* w, int64_t row_bytes,
-                                                             unsigned* sink) {
+__global__ void __launch_bounds__(kWarps * 32)
+    stream_kernel(const uint8_t* w, int64_t row_bytes, unsigned* sink) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rows0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 16;
@@ -55,7 +50,8 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* w, i
       for (int c = 0; c < 4; ++c) {  // 4 x 32 lanes x 16 bytes = 2 KiB
         const uint8_t* src;
         if (kTiles) {
-          src = w + rows0 * row_bytes + static_cast<int64_t>(s) * kStageBytes + (c * 32 + lane) * 16;
+          src =
+              w + rows0 * row_bytes + static_cast<int64_t>(s) * kStageBytes + (c * 32 + lane) * 16;
         } else {  // rows g + 8 (c & 1), bytes 64 (c >> 1) + 16 t of this stage's 128
           src = w + (rows0 + g + 8 * (c & 1)) * row_bytes + s * 128 + 64 * (c >> 1) + 16 * t;
         }
@@ -69,7 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* w, i
   for (int s = 0; s < stages; ++s) {
     wait_groups<kDepth - 2>();
     const uint4* got = reinterpret_cast<const uint4*>(smem + warp * kDepth * kStageBytes +
-                                                      (s % kDepth) * kStageBytes) + lane;
+                                                      (s % kDepth) * kStageBytes) +
+                       lane;
     for (int c = 0; c < 4; ++c) {
       const uint4 v = got[c * 32];
       acc ^= v.x ^ v.y ^ v.z ^ v.w;
@@ -77,31 +74,6 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* w, i
     issue(s + kDepth - 1);
   }
   if (acc == 0x12345678u) *sink = acc;
-}
-
-template <typename Launch>
-float graph_us(cudaStream_t s, int reps, Launch&& launch) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (int r = 0; r < reps; ++r) launch();
-  CHECK(cudaStreamEndCapture(s, &g));
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaGraphLaunch(ge, s));
-  float best = 1e30f;
-  for (int t = 0; t < 5; ++t) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-  }
-  return best * 1000.0f / reps;
 }
 
 int main() {
@@ -115,26 +87,17 @@ int main() {
   CHECK(cudaMemset(w0, 1, max_bytes));
   CHECK(cudaMemset(w1, 2, max_bytes));
   CHECK(cudaMalloc(&sink, 4));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  float best = 1e30f;
-  for (int t = 0; t < 5; ++t) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaMemcpyAsync(w1, w0, max_bytes, cudaMemcpyDeviceToDevice, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-  }
-  const double copy_gbs = 2.0 * max_bytes / (best * 1e-3) / 1e9;
-  std::printf("copy bandwidth %.1f GB/s\n", copy_gbs);
+  const double copy = copy_gbs(s, w1, w0, max_bytes);
+  std::printf("copy bandwidth %.1f GB/s\n", copy);
   const int smem = kWarps * kDepth * kStageBytes;
-  CHECK(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  std::printf("%8s %8s %6s %10s %10s %9s\n", "N", "K(bf16)", "layout", "us/call", "GB/s", "of copy");
-  const int64_t shapes[][2] = {{24576, 4096}, {4096, 4096}, {6144, 4096}, {4096, 12288}, {12288, 2048}};
+  CHECK(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem));
+  CHECK(
+      cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::printf("%8s %8s %6s %10s %10s %9s\n", "N", "K(bf16)", "layout", "us/call", "GB/s",
+              "of copy");
+  const int64_t shapes[][2] = {
+      {24576, 4096}, {4096, 4096}, {6144, 4096}, {4096, 12288}, {12288, 2048}};
   for (const auto& sh : shapes) {
     const int64_t N = sh[0], row_bytes = sh[1] * 2, bytes = N * row_bytes;
     if (static_cast<size_t>(bytes) > max_bytes) continue;
@@ -151,7 +114,7 @@ int main() {
       const double gbs = bytes / (us * 1e-6) / 1e9;
       std::printf("%8lld %8lld %6s %10.2f %10.1f %8.1f%%\n", static_cast<long long>(N),
                   static_cast<long long>(sh[1]), tiles ? "tiles" : "rows", us, gbs,
-                  100.0 * gbs / copy_gbs);
+                  100.0 * gbs / copy);
     }
   }
   return 0;

@@ -66,8 +66,8 @@ double Sampler::uniform() {
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   const SamplingParams& p = params_;
-  const bool penalise = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                        p.frequency_penalty != 0.0f;
+  const bool penalise =
+      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const float* src = logits;
   if (penalise) {
     work_.assign(logits, logits + vocab);
@@ -85,53 +85,103 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     src = work_.data();
   }
   if (p.greedy()) return argmax(src, vocab);
+  return draw(src, vocab);
+}
 
-  // Candidates sorted by logit (descending, ties by index), cut by top-k.
-  std::vector<int32_t> idx(vocab);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) { return src[a] > src[b] || (src[a] == src[b] && a < b); };
-  int64_t keep = vocab;
+namespace {
+
+// Candidate tokens whose first `sorted` entries are in descending order (logit, then lower
+// index first), the rest in no order: sorted further on demand, a few more at a time, so a
+// draw that needs only the top of the distribution never sorts the whole vocabulary.
+class LazyOrder {
+ public:
+  LazyOrder(const float* logits, std::vector<int32_t>& idx) : l_(logits), idx_(idx) {}
+  // The i-th largest candidate (i < size()).
+  int32_t at(size_t i) {
+    if (i >= sorted_) extend(std::max<size_t>(2 * i + 1, sorted_ + 64));
+    return idx_[i];
+  }
+  // Sorts the first n (at most all) candidates: a heap selection from the unsorted rest (most
+  // tokens fail the first comparison with the heap's least, so this is about one pass).
+  void extend(size_t n) {
+    n = std::min(n, idx_.size());
+    if (n <= sorted_) return;
+    auto by_logit = [&](int32_t a, int32_t b) {
+      return l_[a] > l_[b] || (l_[a] == l_[b] && a < b);
+    };
+    std::partial_sort(idx_.begin() + sorted_, idx_.begin() + n, idx_.end(), by_logit);
+    sorted_ = n;
+  }
+  size_t size() const { return idx_.size(); }
+
+ private:
+  const float* l_;
+  std::vector<int32_t>& idx_;
+  size_t sorted_ = 0;
+};
+
+}  // namespace
+
+// The candidates' probabilities are a softmax at the temperature over the top-k (or every
+// token); min-p keeps those of at least min_p times the top one's; top-p the smallest prefix (in
+// descending order) whose probability reaches top_p; the draw walks the kept prefix in that
+// order. Only the prefix the cuts and the draw reach is ever sorted (the exponentials and the
+// normaliser cost one pass over the candidates).
+int32_t Sampler::draw(const float* src, int64_t vocab) {
+  const SamplingParams& p = params_;
+  idx_.resize(static_cast<size_t>(vocab));
+  std::iota(idx_.begin(), idx_.end(), 0);
+  LazyOrder order(src, idx_);
   if (p.top_k > 0 && p.top_k < vocab) {
-    keep = p.top_k;
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
-  } else {
-    std::sort(idx.begin(), idx.end(), by_logit);
+    order.extend(static_cast<size_t>(p.top_k));
+    idx_.resize(static_cast<size_t>(p.top_k));
   }
-  idx.resize(keep);
-  // Softmax at the temperature over the kept candidates.
-  std::vector<double> prob(keep);
   const double inv_t = 1.0 / p.temperature;
-  const double mx = src[idx[0]];
+  const double mx = src[order.at(0)];
+  // Weights exp((logit - max) / T) of every candidate, and their sum.
+  weight_.resize(static_cast<size_t>(vocab));  // read only where written below
   double sum = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    prob[i] = std::exp((static_cast<double>(src[idx[i]]) - mx) * inv_t);
-    sum += prob[i];
+  for (int32_t t : idx_) {
+    const double w = std::exp((static_cast<double>(src[t]) - mx) * inv_t);
+    weight_[t] = w;
+    sum += w;
   }
-  for (double& q : prob) q /= sum;
-  // min-p: drop candidates below min_p times the top probability.
+  const double top = 1.0 / sum;  // the top candidate's probability (its weight is 1)
+  auto prob = [&](size_t i) { return weight_[order.at(i)] / sum; };
+  // min-p: the kept candidates are a prefix of the descending order (probability >= floor).
+  size_t keep = order.size();
+  double kept_mass = 1.0;
   if (p.min_p > 0.0f) {
-    const double floor = p.min_p * prob[0];
-    while (keep > 1 && prob[keep - 1] < floor) --keep;
+    const double floor = p.min_p * top;
+    keep = 0;
+    kept_mass = 0.0;
+    for (int32_t t : idx_) {
+      const double q = weight_[t] / sum;
+      if (q >= floor) {
+        ++keep;
+        kept_mass += q;
+      }
+    }
+    keep = std::max<size_t>(keep, 1);
   }
-  // top-p: the smallest prefix whose mass reaches top_p.
+  // top-p: the smallest prefix of the kept ones whose mass reaches top_p.
   if (p.top_p < 1.0f) {
     double acc = 0.0;
-    for (int64_t i = 0; i < keep; ++i) {
-      acc += prob[i];
+    for (size_t i = 0; i < keep; ++i) {
+      acc += prob(i);
       if (acc >= p.top_p) {
         keep = i + 1;
+        kept_mass = acc;
         break;
       }
     }
   }
-  double total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) total += prob[i];
-  double u = uniform() * total;
-  for (int64_t i = 0; i < keep; ++i) {
-    u -= prob[i];
-    if (u < 0.0) return idx[i];
+  double u = uniform() * kept_mass;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= prob(i);
+    if (u < 0.0) return order.at(i);
   }
-  return idx[keep - 1];
+  return order.at(keep - 1);
 }
 
 }  // namespace hibana

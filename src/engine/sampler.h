@@ -10,10 +10,10 @@
 namespace hibana {
 
 struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
+  float temperature = 0.0f;         // 0: greedy
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // > 1 discourages tokens already in prompt or output
   float presence_penalty = 0.0f;    // OpenAI-style, over generated tokens
   float frequency_penalty = 0.0f;
@@ -35,12 +35,16 @@ class Sampler {
 
  private:
   double uniform();
+  // A draw from the tempered, cut distribution of `logits` (not greedy).
+  int32_t draw(const float* logits, int64_t vocab);
   SamplingParams params_;
   uint64_t rng_;
   std::unordered_map<int32_t, int32_t> generated_;  // token -> count
   std::vector<int32_t> seen_;                       // distinct prompt + generated tokens
   std::vector<uint8_t> seen_mask_;
   std::vector<float> work_;
+  std::vector<int32_t> idx_;    // candidate tokens (draw)
+  std::vector<double> weight_;  // per token: exp((logit - max) / T) of candidates (draw)
 };
 
 // Index of the largest value (the lowest index among equals).

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/engine_pools.h"
 #include "engine/rank_tiers.h"
 #include "state/state_pool.h"
@@ -474,11 +475,17 @@ bool Engine::step() {
   std::vector<double> ttfts, itls;
   std::vector<Sequence*> finished_now;
   std::vector<FinishReason> reasons;
+  // Each sequence's token (and its logprobs, when asked) depends on that sequence alone: they
+  // are drawn on the pool's threads (a draw is a pass over the vocabulary), then accounted for
+  // in order below.
+  std::vector<size_t> sampled;
   for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].wants_logits) sampled.push_back(i);
+  }
+  std::vector<StreamEvent> drawn(plan.size());
+  auto draw = [&](int64_t j) {
+    const size_t i = sampled[static_cast<size_t>(j)];
     Sequence& s = *plan[i].seq;
-    s.computed = plan[i].begin + plan[i].count;
-    checkpoint_if_due(s);
-    if (!plan[i].wants_logits) continue;
     const float* raw = out.last(static_cast<int64_t>(i));
     const float* logits = raw;
     std::vector<float> biased;
@@ -490,7 +497,23 @@ bool Engine::step() {
       if (s.request.processor) s.request.processor->apply(biased.data(), out.vocab);
       logits = biased.data();
     }
-    const int32_t token = s.sampler->sample(logits, out.vocab);
+    StreamEvent& ev = drawn[i];
+    ev.token = s.sampler->sample(logits, out.vocab);
+    if (s.request.top_logprobs >= 0) {
+      logprobs_of(raw, out.vocab, ev.token, s.request.top_logprobs, ev);
+    }
+  };
+  if (sampled.size() > 1) {
+    default_thread_pool().parallel_for(static_cast<int64_t>(sampled.size()), draw);
+  } else if (!sampled.empty()) {
+    draw(0);
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].seq;
+    s.computed = plan[i].begin + plan[i].count;
+    checkpoint_if_due(s);
+    if (!plan[i].wants_logits) continue;
+    const int32_t token = drawn[i].token;
     s.sampler->accept(token);
     if (s.request.processor) s.request.processor->accept(token);
     s.tokens.push_back(token);
@@ -510,13 +533,7 @@ bool Engine::step() {
                           cfg.eos_token_ids.end() ||
                       std::find(s.request.stop_token_ids.begin(), s.request.stop_token_ids.end(),
                                 token) != s.request.stop_token_ids.end());
-    if (!eos) {
-      StreamEvent ev;
-      ev.token = token;
-      if (s.request.top_logprobs >= 0)
-        logprobs_of(raw, out.vocab, token, s.request.top_logprobs, ev);
-      s.stream->push(std::move(ev));
-    }
+    if (!eos) s.stream->push(std::move(drawn[i]));
     FinishReason reason = FinishReason::none;
     if (eos || (s.request.processor && s.request.processor->complete())) {
       reason = FinishReason::stop;

@@ -110,6 +110,41 @@ TEST(Engine, ConcurrentRequestsGetTheirSoloOutputs) {
   }
 }
 
+// Sampled requests drawn together (their draws run on the pool's threads) get the tokens each
+// gets alone with its seed, and their logprobs.
+TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_moe");
+  const int64_t V = model->config().vocab_size;
+  auto request = [&](int i) {
+    GenerationRequest r = greedy_request(prompt_of(9 + 5 * i, 70 + i, V), 10);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    r.top_logprobs = i % 3 == 0 ? 2 : -1;
+    return r;
+  };
+  auto alone = [&](int i) {
+    Engine e(model, EngineOptions{});
+    return collect(*e.submit(request(i)));
+  };
+  EngineOptions opt;
+  opt.max_sequences = 8;
+  Engine engine(model, opt);
+  engine.hold_admission(true);  // all eight start in the same step
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 8; ++i) streams.push_back(engine.submit(request(i)));
+  engine.hold_admission(false);
+  for (int i = 0; i < 8; ++i) {
+    const Outcome together = collect(*streams[i]), solo = alone(i);
+    EXPECT_EQ(together.tokens, solo.tokens) << "request " << i;
+    ASSERT_EQ(together.events.size(), solo.events.size());
+    for (size_t t = 0; t < solo.events.size(); ++t) {
+      EXPECT_EQ(together.events[t].logprob, solo.events[t].logprob) << i << " " << t;
+      EXPECT_EQ(together.events[t].top_logprobs.size(), solo.events[t].top_logprobs.size());
+    }
+  }
+}
+
 // A KV cache with room for about two requests: the rest queue, some are preempted and
 // recomputed; all finish, and in exact (recurrent) mode every output is the solo output.
 TEST(Engine, MemoryPressureQueuesAndPreemptsWithoutLoss) {

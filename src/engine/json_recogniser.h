@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/json_schema.h"
+#include "engine/token_trie.h"
 
 namespace hibana {
 
@@ -93,6 +94,18 @@ class JsonRecogniser {
   static bool inert(const State& s, char c) {
     return s.s == S::string && !s.in_key && s.literals == 0 &&
            static_cast<unsigned char>(c) >= 0x20 && c != '"' && c != '\\';
+  }
+  // The TokenTrie byte class of exactly the bytes inert(s, c) accepts (0: none).
+  static uint8_t inert_class(const State& s) {
+    return s.s == S::string && !s.in_key && s.literals == 0 ? TokenTrie::kJsonStringByte : 0;
+  }
+  // A TokenTrie byte class whose bytes s accepts in any number and order (0: none): inside a
+  // string value, and inside a key that no schema branch checks byte by byte (those bytes
+  // change the state, the key's text, but none is refused before the closing quote).
+  static uint8_t open_class(const State& s) {
+    return s.s == S::string && s.literals == 0 && (!s.in_key || s.plain_key)
+               ? TokenTrie::kJsonStringByte
+               : 0;
   }
 
  private:

@@ -5,6 +5,8 @@
 //   const State& state() const;                 the committed state
 //   bool advance(State& s, char c);             probe one byte on a copy (false: rejected)
 //   static bool inert(const State& s, char c);  advance(s, c) would accept c and change nothing
+//   static uint8_t open_class(const State& s);  a TokenTrie::ByteClass whose bytes s accepts in
+//                                               any number and order (0: none)
 //   bool feed(const std::string& bytes);        commit a chosen token's bytes
 //   bool complete() const;  std::string closing() const;
 // Probing copies state() and advances the copy past the committed state; a probe is valid until
@@ -52,10 +54,24 @@ class RecogniserConstraint : public LogitsProcessor {
       // skips the node's whole subtree.
       const auto& nodes = vocab_->nodes();
       const auto& order = vocab_->order();
+      const auto& classes = vocab_->subtree_classes();
       at_[0] = &recogniser_.state();
       for (size_t i = 0; i < nodes.size();) {
         const TokenTrie::Node& n = nodes[i];
         const State& parent = *at_[n.depth - 1];
+        if (Recogniser::open_class(parent) & classes[i]) {
+          // Every byte below is one the state accepts in any number: the whole subtree's tokens
+          // are allowed (inside a string, nearly the whole vocabulary at a few top nodes).
+          for (uint32_t k = n.first, end = vocab_->subtree_end(i); k < end; ++k) {
+            const int32_t t = order[k];
+            if (t < vocab && !allowed_[t]) {
+              allowed_[t] = 1;
+              ++allowed;
+            }
+          }
+          i = n.skip;
+          continue;
+        }
         if (Recogniser::inert(parent, n.byte)) {
           at_[n.depth] = &parent;
         } else {

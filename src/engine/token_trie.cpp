@@ -30,7 +30,7 @@ TokenTrie::TokenTrie(std::shared_ptr<const std::vector<std::string>> token_bytes
     }
     for (size_t d = common; d < s.size(); ++d) {
       path.push_back(static_cast<uint32_t>(nodes_.size()));
-      nodes_.push_back(Node{0, 0, 0, static_cast<uint16_t>(d + 1), s[d]});
+      nodes_.push_back(Node{0, 0, static_cast<uint32_t>(k), 0, static_cast<uint16_t>(d + 1), s[d]});
     }
     Node& end = nodes_[path.back()];
     if (end.tokens_count == 0) end.tokens_begin = static_cast<uint32_t>(k);
@@ -39,6 +39,21 @@ TokenTrie::TokenTrie(std::shared_ptr<const std::vector<std::string>> token_bytes
     prev = &s;
   }
   for (uint32_t n : path) nodes_[n].skip = static_cast<uint32_t>(nodes_.size());
+  // Bottom up: a node's classes are its byte's, less any that a child's subtree lacks.
+  subtree_classes_.resize(nodes_.size());
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    uint8_t c = byte_classes(nodes_[i].byte);
+    for (size_t j = i + 1; j < nodes_[i].skip; j = nodes_[j].skip) c &= subtree_classes_[j];
+    subtree_classes_[i] = c;
+  }
+}
+
+uint8_t TokenTrie::byte_classes(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  const bool json = u >= 0x20 && c != '"' && c != '\\';
+  return static_cast<uint8_t>((json ? kJsonStringByte : 0) |
+                              (json && c != '<' ? kXmlJsonStringByte : 0) |
+                              (c != '<' && c != '\n' ? kXmlTextByte : 0));
 }
 
 }  // namespace hibana

@@ -309,6 +309,13 @@ bool XmlCallRecogniser::inert(const State& s, char c) {
   return s.phase == kJson && JsonRecogniser::inert(s.json, c);
 }
 
+uint8_t XmlCallRecogniser::open_class(const State& s) {
+  if (s.close != 0 || s.stop != 0) return 0;
+  if (s.phase == kText) return s.after_nl ? 0 : TokenTrie::kXmlTextByte;
+  return s.phase == kJson && JsonRecogniser::inert_class(s.json) ? TokenTrie::kXmlJsonStringByte
+                                                                 : 0;
+}
+
 std::string XmlCallRecogniser::closing() const {
   XmlCallRecogniser r = *this;
   std::string out;

@@ -87,6 +87,9 @@ class XmlCallRecogniser {
   const State& state() const { return state_; }
   bool advance(State& s, char c);
   static bool inert(const State& s, char c);
+  // A TokenTrie byte class whose bytes s accepts in any number and order (0: none): those
+  // inert(s, c) accepts.
+  static uint8_t open_class(const State& s);
 
  private:
   struct Tool {

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/json_schema.h"
+#include "support/constraint_masks.h"
 #include "support/fixture_model.h"
 
 namespace hibana {
@@ -172,6 +173,40 @@ TEST(JsonConstraint, ForcesASchemaValidDocumentFromAnyModel) {
     EXPECT_TRUE(j["unit"] == "celsius" || j["unit"] == "kelvin") << text;
     EXPECT_TRUE(j["days"].is_number_integer()) << text;
     for (auto& [k, v] : j.items()) EXPECT_TRUE(k == "unit" || k == "days" || k == "tags") << text;
+  }
+}
+
+// The trie walk (with its shortcuts: inert bytes share their parent's state, and a subtree of
+// bytes a string accepts in any number is allowed whole) masks exactly what brute force does,
+// for a free object and for a schema with checked keys and literals.
+TEST(JsonConstraint, MasksMatchBruteForceAtEveryByte) {
+  auto vocab = test::random_vocabulary(3, 4000);
+  auto trie = std::make_shared<TokenTrie>(vocab);
+  const std::string doc = R"({"path": "src/a b\"c\u00e9)"
+                          "\xc3\xa9"
+                          R"(", "n": -12.5e3, "list": [true, null, {"k": "v"}], "unit": "kelvin",)"
+                          R"( "note": "x<y>/z"})";
+  {
+    SCOPED_TRACE("free object");
+    JsonConstraint c(trie, {0}, JsonSchema::any(true));
+    test::expect_masks_match_brute_force(c, JsonRecogniser(true), *vocab, doc);
+  }
+  {
+    SCOPED_TRACE("schema");
+    auto schema = JsonSchema::compile(nlohmann::ordered_json::parse(
+        R"({"type": "object", "properties": {"unit": {"enum": ["celsius", "kelvin"]},
+            "path": {"type": "string"}, "n": {"type": "number"}}, "required": ["unit"]})"));
+    JsonConstraint c(trie, {0}, schema);
+    test::expect_masks_match_brute_force(c, JsonRecogniser(schema), *vocab, doc);
+  }
+  {
+    SCOPED_TRACE("schema without additional properties (keys checked byte by byte)");
+    auto schema = JsonSchema::compile(nlohmann::ordered_json::parse(
+        R"({"type": "object", "properties": {"unit": {"enum": ["celsius", "kelvin"]},
+            "path": {"type": "string"}}, "additionalProperties": false})"));
+    JsonConstraint c(trie, {0}, schema);
+    test::expect_masks_match_brute_force(c, JsonRecogniser(schema), *vocab,
+                                         R"({"path": "a\"b<c", "unit": "celsius"})");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "support/constraint_masks.h"
 #include "support/fixture_model.h"
 #include "tokenizer/parsers/tool_call_extractor.h"
 
@@ -259,6 +260,15 @@ TEST(XmlCallConstraint, ForcesAValidCallFromAnyModel) {
                                       : args["query"].is_string());
   }
   EXPECT_GT(completed, 0) << "no call ended by itself";
+}
+
+// The constraint's trie walk (inert bytes share their parent's state; a subtree of bytes the
+// state accepts in any number is allowed whole) masks exactly what brute force does, at every
+// byte of a call with text, JSON and nested values.
+TEST(XmlCallConstraint, MasksMatchBruteForceAtEveryByte) {
+  auto vocab = test::random_vocabulary(7, 4000);
+  XmlCallConstraint c(std::make_shared<TokenTrie>(vocab), {0}, spec(false));
+  test::expect_masks_match_brute_force(c, XmlCallRecogniser(spec(false)), *vocab, kFull);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/numeric.h"
+#include "support/moe_blocks.h"
 #include "support/random.h"
 
 namespace hibana {
@@ -43,16 +44,20 @@ TEST(CpuOps, MatmulAllDtypesMatchReference) {
   auto decoded = [&](DType t, int64_t n, int64_t k) -> float {
     int64_t i = n * K + k;
     switch (t) {
-      case DType::bf16: return bf16_to_f32(wb[i]);
-      case DType::f16: return f16_to_f32(wh[i]);
-      case DType::f8_e4m3: return f8e4m3_to_f32(w8[i]) * scale[(n / br) * sc + k / bc];
-      default: return w[i];
+      case DType::bf16:
+        return bf16_to_f32(wb[i]);
+      case DType::f16:
+        return f16_to_f32(wh[i]);
+      case DType::f8_e4m3:
+        return f8e4m3_to_f32(w8[i]) * scale[(n / br) * sc + k / bc];
+      default:
+        return w[i];
     }
   };
   for (auto& be : backends()) {
     for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f8_e4m3}) {
       Weight wt;
-      void* p = t == DType::f32 ? static_cast<void*>(w.data())
+      void* p = t == DType::f32    ? static_cast<void*>(w.data())
                 : t == DType::bf16 ? static_cast<void*>(wb.data())
                 : t == DType::f16  ? static_cast<void*>(wh.data())
                                    : static_cast<void*>(w8.data());
@@ -108,7 +113,7 @@ std::vector<float> run_gdn(Backend& be, GdnMode mode, int64_t T, int64_t start) 
   std::vector<float> A_log = {0.1f, 0.7f, 1.2f, -0.5f}, dt = {0.3f, -0.2f, 0.1f, 0.0f};
   std::vector<float> states(2 * nv * dk * dv, 0.0f), out(T * nv * dv);
   std::vector<int32_t> pos(T), seq(T, 0), start_idx = {0, static_cast<int32_t>(T)}, slot = {1},
-                                        snaps(T, -1);
+                                          snaps(T, -1);
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(start));
   BatchLayout l;
   l.num_tokens = T;
@@ -134,7 +139,8 @@ TEST(CpuOps, ChunkedDeltaRuleMatchesRecurrent) {
       auto rec = run_gdn(*be, GdnMode::recurrent, 150, start);
       auto chk = run_gdn(*be, GdnMode::aligned_chunks, 150, start);
       double worst = 0;
-      for (size_t i = 0; i < rec.size(); ++i) worst = std::max(worst, double(std::fabs(rec[i] - chk[i])));
+      for (size_t i = 0; i < rec.size(); ++i)
+        worst = std::max(worst, double(std::fabs(rec[i] - chk[i])));
       EXPECT_LT(worst, 2e-5) << be->name();
       EXPECT_GT(worst, 0.0) << "the chunked form did not run";
     }
@@ -169,13 +175,13 @@ TEST(CpuOps, MoeRoutingTopKAndRenormalisation) {
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.5f, 2.0f};
   std::vector<int32_t> ids(2);
   std::vector<float> w(2);
-  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, true, Tensor(ids.data(), DType::i32, {1, 2}),
-                Tensor(w.data(), DType::f32, {1, 2}));
+  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, true,
+                Tensor(ids.data(), DType::i32, {1, 2}), Tensor(w.data(), DType::f32, {1, 2}));
   EXPECT_EQ(ids[0], 1);  // tie with expert 4 goes to the lower index
   EXPECT_EQ(ids[1], 4);
   EXPECT_FLOAT_EQ(w[0] + w[1], 1.0f);
-  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, false, Tensor(ids.data(), DType::i32, {1, 2}),
-                Tensor(w.data(), DType::f32, {1, 2}));
+  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, false,
+                Tensor(ids.data(), DType::i32, {1, 2}), Tensor(w.data(), DType::f32, {1, 2}));
   double z = 0;
   for (float l : logits) z += std::exp(l);
   EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);
@@ -184,13 +190,15 @@ TEST(CpuOps, MoeRoutingTopKAndRenormalisation) {
 // Expert parallelism: each of two ranks keeps its block of experts (ids of the others become -1
 // with weight 0, which moe_experts skips); the ranks' outputs add up to the whole op's.
 TEST(CpuOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
-  const int64_t T = 5, H = 16, I = 8, E = 4, k = 2;
+  const int64_t H = 16, I = 8, E = 4;
   std::vector<std::vector<float>> mats;  // keeps the expert matrices alive
   ExpertWeights all;
   auto matrix = [&](int64_t rows, int64_t cols) {
     mats.push_back(
         randn(static_cast<size_t>(rows * cols), static_cast<uint32_t>(mats.size() + 1), 0.3f));
-    return Weight{Tensor(mats.back().data(), DType::f32, {rows, cols})};
+    Weight wt;
+    wt.w = Tensor(mats.back().data(), DType::f32, {rows, cols});
+    return wt;
   };
   mats.reserve(3 * E);
   for (int64_t e = 0; e < E; ++e) {
@@ -198,48 +206,9 @@ TEST(CpuOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
     all.up.push_back(matrix(I, H));
     all.down.push_back(matrix(H, I));
   }
-  std::vector<float> x = randn(static_cast<size_t>(T * H), 99);
-  // Tokens 0 and 1 use experts of both ranks, token 2 only rank 0's, tokens 3 and 4 rank 1's.
-  const std::vector<int32_t> ids = {0, 3, 2, 1, 1, 0, 3, 2, 2, 3};
-  const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f};
   for (auto& be : backends()) {
     SCOPED_TRACE(be->name());
-    const Tensor xt(x.data(), DType::f32, {T, H});
-    std::vector<float> whole(T * H), sum(T * H, 0.0f);
-    std::vector<int32_t> id = ids;
-    std::vector<float> wt = w;
-    be->moe_experts(xt, Tensor(id.data(), DType::i32, {T, k}),
-                    Tensor(wt.data(), DType::f32, {T, k}), all,
-                    Tensor(whole.data(), DType::f32, {T, H}));
-    for (int64_t first : {0, 2}) {
-      ExpertWeights mine;
-      for (int64_t e = first; e < first + 2; ++e) {
-        mine.gate.push_back(all.gate[e]);
-        mine.up.push_back(all.up[e]);
-        mine.down.push_back(all.down[e]);
-      }
-      id = ids;
-      wt = w;
-      be->moe_keep_experts(Tensor(id.data(), DType::i32, {T, k}),
-                           Tensor(wt.data(), DType::f32, {T, k}), first, 2);
-      for (int64_t i = 0; i < T * k; ++i) {
-        const bool owned = ids[i] >= first && ids[i] < first + 2;
-        EXPECT_EQ(id[i], owned ? ids[i] - first : -1) << "pair " << i;
-        EXPECT_EQ(wt[i], owned ? w[i] : 0.0f) << "pair " << i;
-      }
-      std::vector<float> part(T * H, 7.0f);  // every element written
-      be->moe_experts(xt, Tensor(id.data(), DType::i32, {T, k}),
-                      Tensor(wt.data(), DType::f32, {T, k}), mine,
-                      Tensor(part.data(), DType::f32, {T, H}));
-      for (int64_t i = 0; i < T * H; ++i) sum[i] += part[i];
-      for (int64_t c = 0; c < H; ++c) {
-        EXPECT_NE(part[c], whole[c]);  // token 0: one expert of each rank
-        // Token 2 is all rank 0's (the same additions as the whole op), tokens 3, 4 rank 1's.
-        EXPECT_EQ(part[2 * H + c], first == 0 ? whole[2 * H + c] : 0.0f);
-        EXPECT_EQ(part[3 * H + c], first == 0 ? 0.0f : whole[3 * H + c]);
-      }
-    }
-    for (int64_t i = 0; i < T * H; ++i) EXPECT_NEAR(sum[i], whole[i], 1e-5f) << "element " << i;
+    test::expect_expert_blocks_add_up(*be, all, H);
   }
 }
 

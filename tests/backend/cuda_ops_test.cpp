@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/device_memory.h"
 #include "core/numeric.h"
+#include "support/moe_blocks.h"
 #include "support/random.h"
 
 namespace hibana {
@@ -49,6 +50,36 @@ class CudaOps : public testing::Test {
     for (size_t i = 0; i < a.size() && i < b.size(); ++i)
       worst = std::max(worst, std::fabs(a[i] - b[i]));
     return worst;
+  }
+
+  // The CPU's routing of `logits` and its experts' output for x, the reference; and the GPU's
+  // routing of the same logits, which must pick the same experts with the same weights (its
+  // id buffer starts as zeros, so a router that writes nothing fails).
+  struct Routed {
+    Tensor ids, weights;            // the GPU's, on the device
+    std::vector<float> ref;         // the CPU's moe_experts output
+    std::vector<int32_t> host_ids;  // the CPU's routing
+    std::vector<float> host_weights;
+  };
+  Routed route_both(std::vector<float> x, std::vector<float> logits, int64_t T, int64_t E,
+                    int64_t k, int64_t H, const ExpertWeights& host) {
+    std::vector<int32_t> ids(T * k);
+    std::vector<float> weights(T * k), ref(T * H);
+    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
+                   Tensor(ids.data(), DType::i32, {T, k}),
+                   Tensor(weights.data(), DType::f32, {T, k}));
+    cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
+                     Tensor(weights.data(), DType::f32, {T, k}), host,
+                     Tensor(ref.data(), DType::f32, {T, H}));
+    const std::vector<int32_t> zero_ids(T * k, 0);
+    Tensor idd = upload(zero_ids.data(), DType::i32, {T, k});
+    Tensor wd = device_f32(T, k);
+    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, idd, wd);
+    std::vector<int32_t> gids(T * k);
+    copy_to_host(idd, gids.data());
+    EXPECT_EQ(gids, ids);
+    EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+    return {idd, wd, std::move(ref), std::move(ids), std::move(weights)};
   }
 
   // Attention over a whole batch (host and device layouts of the same tokens) on the CPU, the
@@ -379,22 +410,7 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   };
   build_set([](int64_t e) { return e; }, host, dev);
   auto x = randn(T * H, 5), logits = randn(T * E, 6);
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> weights(T * k), ref(T * H);
-  cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
-                 Tensor(ids.data(), DType::i32, {T, k}),
-                 Tensor(weights.data(), DType::f32, {T, k}));
-  cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
-                   Tensor(weights.data(), DType::f32, {T, k}), host,
-                   Tensor(ref.data(), DType::f32, {T, H}));
-
-  Tensor idd = upload(ids.data(), DType::i32, {T, k});  // overwritten by the GPU router
-  Tensor wd = device_f32(T, k);
-  gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, idd, wd);
-  std::vector<int32_t> gids(T * k);
-  copy_to_host(idd, gids.data());
-  EXPECT_EQ(gids, ids);
-  EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+  auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, host);
 
   Tensor xd = upload(x.data(), DType::f32, {T, H});
   Tensor out = device_f32(T, H);
@@ -458,22 +474,7 @@ TEST_F(CudaOps, MoeWithManyExpertsAndStackedGateUpMatchesCpu) {
       stacked.gate_up.push_back(gu);
     }
     auto x = randn(T * H, 7), logits = randn(T * E, 8);
-    std::vector<int32_t> ids(T * k);
-    std::vector<float> weights(T * k), ref(T * H);
-    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
-                   Tensor(ids.data(), DType::i32, {T, k}), Tensor(weights.data(), DType::f32, {T, k}));
-    cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
-                     Tensor(weights.data(), DType::f32, {T, k}), host,
-                     Tensor(ref.data(), DType::f32, {T, H}));
-    Tensor idd = upload(ids.data(), DType::i32, {T, k});
-    Tensor wd = device_f32(T, k);
-    std::vector<int32_t> zero_ids(T * k, 0);
-    copy_from_host(zero_ids.data(), idd);
-    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, idd, wd);
-    std::vector<int32_t> gids(T * k);
-    copy_to_host(idd, gids.data());
-    EXPECT_EQ(gids, ids);
-    EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+    auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, host);
     Tensor xd = upload(x.data(), DType::f32, {T, H});
     Tensor apart = device_f32(T, H), together = device_f32(T, H);
     gpu->moe_experts(xd, idd, wd, dev, apart);
@@ -506,9 +507,8 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
       }
       std::vector<float> ref_x(x), ref_n(T * H);
       Tensor rx(ref_x.data(), DType::f32, {T, H});
-      cpu->add_rmsnorm(rx, Tensor(y.data(), DType::f32, {T, H}),
-                       Tensor(w.data(), DType::f32, {H}), 1e-6f, zc,
-                       Tensor(ref_n.data(), DType::f32, {T, H}));
+      cpu->add_rmsnorm(rx, Tensor(y.data(), DType::f32, {T, H}), Tensor(w.data(), DType::f32, {H}),
+                       1e-6f, zc, Tensor(ref_n.data(), DType::f32, {T, H}));
       EXPECT_LT(max_abs_diff(download(n2), ref_n), 1e-4f);
     }
   }
@@ -519,7 +519,7 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
 // experts all live on the other rank gets exactly 0 (not the NaN of an unwritten row) — and
 // the two ranks' outputs add up to the whole op's.
 TEST_F(CudaOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
-  const int64_t T = 5, H = 128, I = 64, E = 4, k = 2;
+  const int64_t H = 128, I = 64, E = 4;
   std::vector<TestWeight> keep_w;
   ExpertWeights all;
   for (int64_t e = 0; e < E; ++e) {
@@ -532,44 +532,7 @@ TEST_F(CudaOps, MoeExpertsSplitIntoBlocksAddUpToTheWhole) {
     all.up.push_back(keep_w[3 * e + 1].dev);
     all.down.push_back(keep_w[3 * e + 2].dev);
   }
-  auto x = randn(T * H, 99);
-  // Tokens 0 and 1 use experts of both ranks, token 2 only rank 0's, tokens 3 and 4 rank 1's.
-  const std::vector<int32_t> ids = {0, 3, 2, 1, 1, 0, 3, 2, 2, 3};
-  const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f};
-  Tensor xd = upload(x.data(), DType::f32, {T, H});
-  Tensor whole_d = device_f32(T, H);
-  gpu->moe_experts(xd, upload(ids.data(), DType::i32, {T, k}), upload(w.data(), DType::f32, {T, k}),
-                   all, whole_d);
-  const std::vector<float> whole = download(whole_d);
-  std::vector<float> sum(T * H, 0.0f);
-  for (int64_t first : {0, 2}) {
-    ExpertWeights mine;
-    for (int64_t e = first; e < first + 2; ++e) {
-      mine.gate.push_back(all.gate[e]);
-      mine.up.push_back(all.up[e]);
-      mine.down.push_back(all.down[e]);
-    }
-    Tensor idd = upload(ids.data(), DType::i32, {T, k}), wd = upload(w.data(), DType::f32, {T, k});
-    gpu->moe_keep_experts(idd, wd, first, 2);
-    std::vector<int32_t> id(T * k);
-    copy_to_host(idd, id.data());
-    const std::vector<float> wt = download(wd);
-    for (int64_t i = 0; i < T * k; ++i) {
-      const bool owned = ids[i] >= first && ids[i] < first + 2;
-      EXPECT_EQ(id[i], owned ? ids[i] - first : -1) << "pair " << i;
-      EXPECT_EQ(wt[i], owned ? w[i] : 0.0f) << "pair " << i;
-    }
-    std::vector<float> nan(T * H, std::nanf(""));
-    Tensor part_d = upload(nan.data(), DType::f32, {T, H});
-    gpu->moe_experts(xd, idd, wd, mine, part_d);
-    const std::vector<float> part = download(part_d);
-    for (int64_t i = 0; i < T * H; ++i) sum[i] += part[i];
-    for (int64_t c = 0; c < H; ++c) {
-      EXPECT_EQ(part[2 * H + c], first == 0 ? whole[2 * H + c] : 0.0f) << c;
-      EXPECT_EQ(part[3 * H + c], first == 0 ? 0.0f : whole[3 * H + c]) << c;
-    }
-  }
-  EXPECT_LT(max_abs_diff(sum, whole), 1e-5f);
+  test::expect_expert_blocks_add_up(*gpu, all, H);
 }
 
 }  // namespace

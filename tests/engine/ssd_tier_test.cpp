@@ -22,15 +22,9 @@ namespace fs = std::filesystem;
 
 using test::Turn;
 
-std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
-  std::vector<int32_t> t(n);
-  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 53 + salt * 19 + 5) % vocab);
-  return t;
-}
-
-void append(std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-}
+using test::append;
+using test::text;
+using test::tiered_options;
 
 EngineOptions exact() {
   EngineOptions o;
@@ -42,19 +36,6 @@ EngineOptions exact() {
 EngineOptions cache_off() {
   EngineOptions o = exact();
   o.prefix_cache = false;
-  return o;
-}
-
-// A device pool of `device_pages` KV pages (64 tokens), a host tier of `host_pages` more, four
-// checkpoint slots and the SSD tier in `dir`.
-EngineOptions tiered_options(const Model& model, const std::string& dir, int64_t device_pages,
-                             int64_t host_pages) {
-  EngineOptions o = exact();
-  const int64_t kv_page = static_cast<int64_t>(model.state_spec().kv_bytes_per_token()) * 64;
-  o.kv_cache_bytes = kv_page * device_pages;
-  o.host_cache_bytes = kv_page * host_pages;
-  o.checkpoint_slots = 4;
-  o.cache_dir = dir;
   return o;
 }
 

@@ -11,12 +11,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "engine/engine.h"
 #include "engine/generator.h"
-#include "support/engine_turns.h"
 #include "parallel/mpi_world.h"
 #include "state/ssd_store.h"
+#include "support/engine_turns.h"
 #include "support/fixture_model.h"
 #include "support/temp_dir.h"
 
@@ -28,29 +29,9 @@ using namespace std::chrono_literals;
 using test::run_turn;
 using test::Turn;
 
-std::vector<int32_t> text(int64_t n, int32_t salt, int64_t vocab) {
-  std::vector<int32_t> t(n);
-  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 53 + salt * 19 + 5) % vocab);
-  return t;
-}
-
-void append(std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-}
-
-// A device pool of `device_pages` KV pages (of this model's, i.e. this rank's, heads), a host
-// tier of `host_pages` more, four checkpoint slots and the SSD tier in `dir`.
-EngineOptions tiered(const Model& model, const std::string& dir, int64_t device_pages,
-                     int64_t host_pages) {
-  EngineOptions o;
-  o.gdn_mode = GdnMode::recurrent;
-  const int64_t kv_page = static_cast<int64_t>(model.state_spec().kv_bytes_per_token()) * 64;
-  o.kv_cache_bytes = kv_page * device_pages;
-  o.host_cache_bytes = kv_page * host_pages;
-  o.checkpoint_slots = 4;
-  o.cache_dir = dir;
-  return o;
-}
+using test::append;
+using test::text;
+using test::tiered_options;
 
 // Outputs of every turn, all log-probabilities and the cached-token counts of a replay.
 struct Replay {
@@ -114,7 +95,7 @@ TEST_P(TiersRanks, InterleavedAgentsRestoreFromHostRamAndDisk) {
   test::TempDir tp_dir, single_dir;
   Replay tp, single;
   {
-    Engine e(tp_model, tiered(*tp_model, tp_dir.path(), 12, 6));
+    Engine e(tp_model, tiered_options(*tp_model, tp_dir.path(), 12, 6));
     tp = agents(e, V);
     e.wait_idle();
     const EngineMetrics m = e.metrics();
@@ -125,7 +106,7 @@ TEST_P(TiersRanks, InterleavedAgentsRestoreFromHostRamAndDisk) {
     EXPECT_EQ(m.host_prefetched, 0u) << "prefetch is off with tensor parallelism";
   }
   {
-    Engine e(whole, tiered(*whole, single_dir.path(), 12, 6));
+    Engine e(whole, tiered_options(*whole, single_dir.path(), 12, 6));
     single = agents(e, V);
   }
   expect_same(tp, single);
@@ -172,7 +153,7 @@ TEST_P(TiersRanks, RestartsFindTheirOwnTpBlocksOnly) {
   const Turn want = run_turn(plain, hist, 8, -1);
 
   auto second = [&](const std::shared_ptr<const Model>& m, const std::string& dir) {
-    Engine e(m, tiered(*m, dir, 64, 64));
+    Engine e(m, tiered_options(*m, dir, 64, 64));
     Turn t = run_turn(e, hist, 8, -1);
     EXPECT_EQ(t.tokens, want.tokens);
     return std::make_pair(t, e.metrics());
@@ -180,7 +161,7 @@ TEST_P(TiersRanks, RestartsFindTheirOwnTpBlocksOnly) {
   {  // --tp 2, then --tp 2 again: every rank's blocks come back from its own directory
     SCOPED_TRACE("tp 2 after tp 2");
     test::TempDir dir;
-    EXPECT_EQ(first_turn(tp_model, tiered(*tp_model, dir.path(), 64, 64), V, reply), hist);
+    EXPECT_EQ(first_turn(tp_model, tiered_options(*tp_model, dir.path(), 64, 64), V, reply), hist);
     EXPECT_GT(blocks_in(dir.path() + "/rank-1-of-2"), 0u);
     auto [t, m] = second(tp_model, dir.path());
     EXPECT_GE(t.cached, 512);
@@ -190,28 +171,22 @@ TEST_P(TiersRanks, RestartsFindTheirOwnTpBlocksOnly) {
       worst = std::max(worst, std::fabs(t.logprobs[i] - want.logprobs[i]));
     EXPECT_LT(worst, 1e-3f);
   }
-  {  // --tp 1 wrote it: --tp 2 does not read it
-    SCOPED_TRACE("tp 2 after tp 1");
+  // A cache written with another --tp is not read: --tp 1's by --tp 2 and the other way round.
+  const std::shared_ptr<const Model> tp = tp_model;
+  for (const auto& [writer, reader, label] :
+       {std::tuple{whole, tp, "tp 2 after tp 1"}, std::tuple{tp, whole, "tp 1 after tp 2"}}) {
+    SCOPED_TRACE(label);
     test::TempDir dir;
-    first_turn(whole, tiered(*whole, dir.path(), 64, 64), V, reply);
+    first_turn(writer, tiered_options(*writer, dir.path(), 64, 64), V, reply);
     EXPECT_EQ(reply, first.tokens);
-    auto [t, m] = second(tp_model, dir.path());
-    EXPECT_EQ(t.cached, 0);
-    EXPECT_EQ(m.restored_blocks, 0u);
-  }
-  {  // --tp 2 wrote it: --tp 1 does not read it
-    SCOPED_TRACE("tp 1 after tp 2");
-    test::TempDir dir;
-    first_turn(tp_model, tiered(*tp_model, dir.path(), 64, 64), V, reply);
-    EXPECT_EQ(reply, first.tokens);
-    auto [t, m] = second(whole, dir.path());
+    auto [t, m] = second(reader, dir.path());
     EXPECT_EQ(t.cached, 0);
     EXPECT_EQ(m.restored_blocks, 0u);
   }
   {  // rank 1 lost its blocks (rank 0 still has its own): every rank recomputes
     SCOPED_TRACE("rank 1's blocks gone");
     test::TempDir dir;
-    first_turn(tp_model, tiered(*tp_model, dir.path(), 64, 64), V, reply);
+    first_turn(tp_model, tiered_options(*tp_model, dir.path(), 64, 64), V, reply);
     EXPECT_GT(SsdStore::clear_dir(dir.path() + "/rank-1-of-2"), 0u);
     auto [t, m] = second(tp_model, dir.path());
     EXPECT_EQ(t.cached, 0) << "rank 0 resumed from blocks rank 1 could not restore";

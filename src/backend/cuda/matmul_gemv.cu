@@ -145,6 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     mat = p.mats[grp];
     rows = p.group_rows + p.group_offset[grp];
     rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
+    if (not_my_group(p, rows_here)) return;
   }
   const int64_t m0 = static_cast<int64_t>(m_tile) * 8;
   if (m0 >= rows_here) return;

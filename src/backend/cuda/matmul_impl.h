@@ -44,7 +44,15 @@ struct Params {
   // Grouped launches of the tiled kernel: slice z's first tile of kTiledTokens rows among all
   // slices' tiles ([*n_active + 1], ascending); a CTA takes one tile of that list.
   const int32_t* tile_start;
+  // Grouped launches serve only groups of rows_min to rows_max rows (0: no bound); the other
+  // groups are another launch's (run_mma gives groups of up to 8 rows to the decode kernel).
+  int64_t rows_min, rows_max;
 };
+
+// True when a grouped launch leaves a group of `rows` rows to another launch.
+__device__ __forceinline__ bool not_my_group(const Params& p, int64_t rows) {
+  return rows < p.rows_min || (p.rows_max > 0 && rows > p.rows_max);
+}
 
 // Rows of x per CTA of the tiled kernel (matmul_tiled.cu).
 constexpr int kTiledTokens = 64;

@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
     mat = p.mats[grp];
     rows = p.group_rows + p.group_offset[grp];
     rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
+    if (not_my_group(p, rows_here)) return;
   }
   const int64_t m0 = static_cast<int64_t>(m_tile) * BM;
   if (m0 >= rows_here) return;
@@ -310,9 +311,18 @@ bool mma_supports(const Params& p, Elt elt) {
 
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
+  if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
+  if (grouped) {
+    // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those
+    // of up to 8 rows take the decode kernel, the launch below skips them. Same bits either
+    // way (every kernel builds an output element from the same mma sequence).
+    Params small = p;
+    small.rows_max = 8;
+    run_gemv(small, elt, true, 8, groups);
+    p.rows_min = 9;
+  }
   if (max_rows > kParallelRows && tiled_supports(p, grouped))
     return run_tiled(p, elt, grouped, max_rows, groups);
-  if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;
   if (parallel) partial = split_scratch(p, kRowsPerCta, 32, max_rows, groups);

@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     mat = p.mats[grp];
     rows = p.group_rows + p.group_offset[grp];
     rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
+    if (not_my_group(p, rows_here)) return;
   }
   const int64_t m0 = m_tile * kTileTokens;
   if (m0 >= rows_here) return;

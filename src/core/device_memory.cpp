@@ -60,4 +60,12 @@ void copy_from_host(const void* src, const Tensor& dst) {
   copy_bytes(dst.data, dst.device, src, Device::cpu, dst.nbytes());
 }
 
+void* allocate_pinned(size_t bytes) {
+  return g_cuda && bytes ? g_cuda->allocate_pinned(bytes) : nullptr;
+}
+
+void release_pinned(void* p, size_t bytes) {
+  if (p) g_cuda->release_pinned(p, bytes);
+}
+
 }  // namespace hibana

@@ -35,6 +35,10 @@ class DeviceMemory {
     for (const ByteCopy& c : copies) copy(c.dst, c.src, c.bytes);
     (void)to_host;
   }
+  // Page-locked host memory this device copies to and from directly, or nullptr when it has
+  // none to give (the caller then uses ordinary memory); and its release.
+  virtual void* allocate_pinned(size_t /*bytes*/) { return nullptr; }
+  virtual void release_pinned(void* /*p*/, size_t /*bytes*/) {}
   virtual void zero(void* p, size_t bytes) = 0;
   // Waits until all queued device work has finished.
   virtual void synchronize() = 0;
@@ -52,6 +56,10 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 // DeviceMemory::copy_batch); plain memcpy on the CPU.
 void copy_batch(Device device, const std::vector<ByteCopy>& copies, bool to_host);
 void zero_bytes(void* p, Device device, size_t bytes);
+// Page-locked host memory from the GPU backend, when one is registered and can give it; else
+// nullptr. Released with release_pinned.
+void* allocate_pinned(size_t bytes);
+void release_pinned(void* p, size_t bytes);
 // Copies a tensor's bytes (contiguous) to or from host memory.
 void copy_to_host(const Tensor& src, void* dst);
 void copy_from_host(const void* src, const Tensor& dst);

@@ -8,12 +8,13 @@
 #include <span>
 #include <vector>
 
+#include "core/host_bytes.h"
 #include "state/block_key.h"
 
 namespace hibana {
 
 // A block's bytes, shared by a tier and the moves that read them; never changed once made.
-using BlockBytes = std::shared_ptr<const std::vector<uint8_t>>;
+using BlockBytes = std::shared_ptr<const HostBytes>;
 
 class BlockStore {
  public:
@@ -29,11 +30,11 @@ class BlockStore {
   // put and get without copying the payload, for tiers that keep blocks in memory (HostStore
   // keeps and hands out the buffer itself); the defaults go through put and get.
   virtual bool put_shared(const BlockKey& key, uint32_t kind, BlockBytes payload) {
-    return put(key, kind, *payload);
+    return put(key, kind, payload->span());
   }
   virtual BlockBytes get_shared(const BlockKey& key, uint32_t kind) {
     std::optional<std::vector<uint8_t>> bytes = get(key, kind);
-    return bytes ? std::make_shared<const std::vector<uint8_t>>(std::move(*bytes)) : nullptr;
+    return bytes ? std::make_shared<const HostBytes>(std::move(*bytes)) : nullptr;
   }
 };
 

@@ -1,5 +1,6 @@
 #include "state/host_store.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace hibana {
@@ -37,8 +38,9 @@ bool HostStore::put(const BlockKey& key, uint32_t kind, std::span<const uint8_t>
     refused();
     return next_ ? next_->put(key, kind, payload) : false;
   }
-  return put_shared(key, kind,
-                    std::make_shared<const std::vector<uint8_t>>(payload.begin(), payload.end()));
+  auto bytes = std::make_shared<HostBytes>(payload.size());
+  std::copy(payload.begin(), payload.end(), bytes->data());
+  return put_shared(key, kind, std::move(bytes));
 }
 
 bool HostStore::put_shared(const BlockKey& key, uint32_t kind, BlockBytes payload) {
@@ -72,7 +74,9 @@ HostStore::Bytes HostStore::find(const BlockKey& key, uint32_t kind) {
 }
 
 std::optional<std::vector<uint8_t>> HostStore::get(const BlockKey& key, uint32_t kind) {
-  if (Bytes found = find(key, kind)) return *found;  // copied outside the lock: never changed
+  if (Bytes found = find(key, kind)) {  // copied outside the lock: never changed
+    return std::vector<uint8_t>(found->data(), found->data() + found->size());
+  }
   return next_ ? next_->get(key, kind) : std::nullopt;
 }
 
@@ -124,7 +128,7 @@ void HostStore::evict_to(uint64_t limit, WriteDowns& out) {
 
 void HostStore::write_down(WriteDowns& blocks) {
   for (const WriteDown& w : blocks) {
-    const bool ok = next_->put(w.key, w.kind, *w.bytes);  // disk I/O: the lock is not held
+    const bool ok = next_->put(w.key, w.kind, w.bytes->span());  // disk I/O: the lock is not held
     bool cleared = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -168,7 +172,7 @@ void HostStore::flush() {
     }
   }
   for (const WriteDown& w : todo) {
-    if (!next_->put(w.key, w.kind, *w.bytes)) continue;  // outside the lock: disk I/O
+    if (!next_->put(w.key, w.kind, w.bytes->span())) continue;  // outside the lock: disk I/O
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.written_down;
     auto it = blocks_.find(w.key);
@@ -185,7 +189,7 @@ bool HostStore::prefetch(const BlockKey& key, uint32_t kind) {
   std::optional<std::vector<uint8_t>> bytes = next_->get(key, kind);  // outside the lock: I/O
   if (!bytes || bytes->size() > capacity_) return false;
   const uint64_t n = bytes->size();
-  auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(*bytes));
+  auto shared = std::make_shared<const HostBytes>(std::move(*bytes));
   WriteDowns leaving;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -54,7 +54,7 @@ Device pool_device(const StateViews& v, bool page) {
 // and its host buffer as one batch of per-layer copies (on CUDA: one synchronisation per block,
 // through pinned staging on a copy stream).
 BlockBytes pack(const StateViews& v, bool page, int32_t index) {
-  auto out = std::make_shared<std::vector<uint8_t>>(block_bytes(v, page));
+  auto out = std::make_shared<HostBytes>(block_bytes(v, page));
   std::vector<ByteCopy> copies;
   for (const Part& p : block_parts(v, page, index))
     copies.push_back({out->data() + p.off, p.row, p.bytes});
@@ -93,7 +93,7 @@ bool PoolBlockMover::move(const BlockMove& m, const StateViews& state) {
       const bool page = m.op == Op::load_page;
       const BlockBytes bytes = lower_->get_shared(key, m.kind);
       if (!bytes || bytes->size() != block_bytes(state, page)) return false;
-      unpack(state, page, m.index, *bytes);
+      unpack(state, page, m.index, bytes->span());
       return true;
     }
     case Op::forget:

@@ -41,18 +41,17 @@ TEST(HostStore, KeepsBlocksWithinItsBudgetLeastRecentlyUsedOut) {
 TEST(HostStore, SharedPutsAndGetsKeepTheBufferItself) {
   test::TestStore below;
   HostStore h(2000, &below);
-  auto b = std::make_shared<const std::vector<uint8_t>>(block(5));
+  auto b = std::make_shared<const HostBytes>(block(5));
   EXPECT_TRUE(h.put_shared(key(1), 1, b));
   EXPECT_EQ(h.get_shared(key(1), 1).get(), b.get()) << "RAM copied the block";
   EXPECT_EQ(h.get_shared(key(1), 2), nullptr);  // another kind under that key
   EXPECT_EQ(*h.get(key(1), 1), block(5));       // the copying get sees the same bytes
-  EXPECT_TRUE(
-      h.put_shared(key(2), 1, std::make_shared<const std::vector<uint8_t>>(block(6, 5000))));
+  EXPECT_TRUE(h.put_shared(key(2), 1, std::make_shared<const HostBytes>(block(6, 5000))));
   EXPECT_EQ(h.stats().refused, 1u);
   EXPECT_FALSE(h.in_memory(key(2)));
   const BlockBytes big = h.get_shared(key(2), 1);  // through to the next tier
   ASSERT_NE(big, nullptr);
-  EXPECT_EQ(*big, block(6, 5000));
+  EXPECT_EQ(std::vector<uint8_t>(big->data(), big->data() + big->size()), block(6, 5000));
 }
 
 TEST(HostStore, WritesEvictedBlocksDownAndReadsThroughToThem) {

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/host_copies.h"
 #include "backend/cuda/ops.h"
 #include "core/device_memory.h"
 #include "core/log.h"
@@ -191,87 +191,13 @@ class CudaMemory final : public DeviceMemory {
     HIBANA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
     HIBANA_CUDA(cudaStreamSynchronize(stream()));
   }
-  // Through pinned staging on a copy stream: to the host after the compute stream's queued
-  // work, from the host with the compute stream's later work waiting for the copies. One
-  // synchronisation per chunk of staging (a block of state is one chunk), not one per copy.
   void copy_batch(const std::vector<ByteCopy>& copies, bool to_host) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    size_t i = 0;
-    while (i < copies.size()) {
-      size_t j = i, bytes = 0;
-      while (j < copies.size() && bytes + copies[j].bytes <= kStagingBytes)
-        bytes += copies[j++].bytes;
-      if (j == i || !reserve(bytes)) {  // larger than the staging, or no pinned memory
-        copy(copies[i].dst, copies[i].src, copies[i].bytes);
-        ++i;
-        continue;
-      }
-      size_t off = 0;
-      if (!to_host) {
-        for (size_t k = i; k < j; off += copies[k++].bytes) {
-          if (copies[k].bytes) std::memcpy(staging_ + off, copies[k].src, copies[k].bytes);
-        }
-      }
-      HIBANA_CUDA(cudaEventRecord(ready_, stream()));
-      HIBANA_CUDA(cudaStreamWaitEvent(copy_stream_, ready_, 0));
-      off = 0;
-      for (size_t k = i; k < j; off += copies[k++].bytes) {
-        const ByteCopy& c = copies[k];
-        if (c.bytes == 0) continue;
-        HIBANA_CUDA(cudaMemcpyAsync(
-            to_host ? staging_ + off : c.dst, to_host ? c.src : staging_ + off, c.bytes,
-            to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, copy_stream_));
-      }
-      if (!to_host) {
-        HIBANA_CUDA(cudaEventRecord(done_, copy_stream_));
-        HIBANA_CUDA(cudaStreamWaitEvent(stream(), done_, 0));
-      }
-      HIBANA_CUDA(cudaStreamSynchronize(copy_stream_));
-      if (to_host) {
-        off = 0;
-        for (size_t k = i; k < j; off += copies[k++].bytes) {
-          if (copies[k].bytes) std::memcpy(copies[k].dst, staging_ + off, copies[k].bytes);
-        }
-      }
-      i = j;
-    }
+    host_copies::copy_batch(copies, to_host);
   }
+  void* allocate_pinned(size_t bytes) override { return host_copies::allocate_pinned(bytes); }
+  void release_pinned(void* p, size_t bytes) override { host_copies::release_pinned(p, bytes); }
   void zero(void* p, size_t bytes) override { HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
-
- private:
-  static constexpr size_t kStagingBytes = size_t(64) << 20;
-  // Pinned staging of at least `bytes` (and the copy stream and events on first use); false
-  // when no page-locked memory can be had (the caller then copies directly).
-  bool reserve(size_t bytes) {
-    if (!copy_stream_) {
-      HIBANA_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-      HIBANA_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-      HIBANA_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    }
-    if (bytes <= staging_bytes_) return true;
-    if (no_pinned_) return false;
-    const size_t want =
-        std::max(bytes, std::min(kStagingBytes, std::max(staging_bytes_ * 2, size_t(1) << 20)));
-    void* p = nullptr;
-    if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
-      cudaGetLastError();
-      no_pinned_ = true;  // not asked again for every copy that follows
-      log_warn("no page-locked host memory for staging state copies: copying directly");
-      return false;
-    }
-    if (staging_) HIBANA_CUDA(cudaFreeHost(staging_));
-    staging_ = static_cast<uint8_t*>(p);
-    staging_bytes_ = want;
-    return true;
-  }
-
-  std::mutex mutex_;
-  cudaStream_t copy_stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
-  uint8_t* staging_ = nullptr;
-  size_t staging_bytes_ = 0;
-  bool no_pinned_ = false;
 };
 
 // With HIBANA_CUDA_TIMING=1 every op is bracketed by events and timing_report() sums the GPU

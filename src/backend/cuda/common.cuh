@@ -24,6 +24,11 @@ namespace hibana::cuda {
     if (hibana_e_ != cudaSuccess) ::hibana::cuda::throw_cuda(hibana_e_, #call); \
   } while (0)
 
+// For calls whose failure must not stop the caller (frees in destructors): logs a failure
+// and clears the runtime's last-error state, which `launched` would otherwise report against
+// the next kernel launched on this thread.
+void warn_cuda(cudaError_t e, const char* what);
+
 // Every kernel and copy of the backend runs on this stream, so work is ordered without events.
 cudaStream_t stream();
 

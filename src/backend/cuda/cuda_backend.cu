@@ -26,15 +26,24 @@ void throw_cuda(cudaError_t e, const char* what) {
   throw Error(kind, std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
 
+void warn_cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  log_warn("CUDA: ", what, ": ", cudaGetErrorString(e));
+}
+
 namespace {
 cudaStream_t g_stream = nullptr;
-bool g_capturing = false;  // the stream is recording a graph: allocations come from the arena
+// A thread recording a graph records on a stream of its own (so that no other thread's work
+// on g_stream lands in its graph, nor its work in theirs); its allocations come from the arena.
+thread_local cudaStream_t t_capture = nullptr;
+thread_local bool t_capturing = false;
 }  // namespace
 
 // A non-blocking stream of our own (not the legacy default stream), so that work can later be
 // captured into CUDA graphs and overlapped with copies on other streams.
 cudaStream_t stream() {
-  return g_stream;
+  return t_capture ? t_capture : g_stream;
 }
 
 namespace {
@@ -130,11 +139,11 @@ class CaptureArena {
 CaptureArena g_arena;
 
 void* device_allocate(size_t bytes) {
-  if (g_capturing) {
+  if (t_capturing) {
     if (void* p = g_arena.allocate(bytes)) return p;
   }
   void* p = nullptr;
-  cudaError_t e = bytes >= kLargeAllocation && !g_capturing ? cudaMalloc(&p, bytes)
+  cudaError_t e = bytes >= kLargeAllocation && !t_capturing ? cudaMalloc(&p, bytes)
                                                             : cudaMallocAsync(&p, bytes, stream());
   if (e != cudaSuccess) {
     cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
@@ -150,10 +159,10 @@ void* device_allocate(size_t bytes) {
 
 void device_release(void* p, size_t bytes) {
   if (g_arena.release(p)) return;
-  if (bytes >= kLargeAllocation && !g_capturing) {
-    cudaFree(p);
+  if (bytes >= kLargeAllocation && !t_capturing) {
+    warn_cuda(cudaFree(p), "cudaFree");
   } else {
-    cudaFreeAsync(p, stream());
+    warn_cuda(cudaFreeAsync(p, stream()), "cudaFreeAsync");
   }
 }
 
@@ -272,7 +281,7 @@ class Timed {
   ~Timed() {
     if (!t_.on()) return;
     cudaEvent_t b = t_.event();
-    cudaEventRecord(b, stream());
+    warn_cuda(cudaEventRecord(b, stream()), "cudaEventRecord (op timer)");
     t_.record(op_, a_, b);
   }
 
@@ -324,13 +333,20 @@ class CudaBackend final : public Backend {
   }
   void begin_capture() override {
     g_arena.reserve();
-    HIBANA_CUDA(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeRelaxed));
-    g_capturing = true;
+    thread_local cudaStream_t recording = [] {
+      cudaStream_t s = nullptr;
+      HIBANA_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      return s;
+    }();
+    HIBANA_CUDA(cudaStreamBeginCapture(recording, cudaStreamCaptureModeRelaxed));
+    t_capture = recording;
+    t_capturing = true;
   }
   std::shared_ptr<void> end_capture() override {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(cuda::stream(), &graph);
-    g_capturing = false;
+    t_capture = nullptr;
+    t_capturing = false;
     cudaGraphExec_t exec = nullptr;
     if (e == cudaSuccess && graph) e = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);

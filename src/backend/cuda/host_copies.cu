@@ -89,7 +89,7 @@ class Copier {
         return;
       }
     }
-    cudaFreeHost(p);
+    warn_cuda(cudaFreeHost(p), "cudaFreeHost");
   }
 
  private:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/logits_summary.h"
 #include "core/tensor.h"
 
 namespace hibana {
@@ -180,6 +181,14 @@ class Backend {
 
   // Copies a recurrent slot (conv window and delta state) of one layer: dst <- src.
   virtual void copy_slot(Tensor states, int64_t src, int64_t dst) = 0;
+
+  // Sampling without moving whole rows (core/logits_summary.h): out [R, summary_words(k)]
+  // i32 gets the summary of each row of f32 logits [R, V], temperature[r] as summarise_row
+  // takes it. The default runs summarise_row on host memory.
+  virtual void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
+                              int64_t k, Tensor out) {
+    summarise_rows(logits, temperature, k, out);
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

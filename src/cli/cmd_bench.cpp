@@ -53,6 +53,7 @@ struct BenchArgs {
   int64_t context = 1024;
   int64_t steps = 8;
   int64_t prompt = 512;
+  bool whole_logits = false;
 };
 
 // Weight bytes one decode step of `batch` tokens reads: every dense matrix once, the expected
@@ -104,7 +105,14 @@ int run_decode(const BenchArgs& a) {
         in[i].pages = seqs[i]->pages();
         in[i].slot = seqs[i]->slot();
       }
-      model->forward(in, pool.views(), ForwardOptions{}, out);
+      // As an engine step of greedy requests: each row's greedy summary comes back (or, with
+      // --whole-logits, every row whole, as the engine did before summaries).
+      ForwardOptions fo;
+      if (!a.whole_logits) {
+        fo.summary_k = 1;
+        fo.summary_temperature.assign(static_cast<size_t>(batch), -1.0f);
+      }
+      model->forward(in, pool.views(), fo, out);
     };
     step(a.context);  // warm-up (on a GPU it also records the step's graph)
     model->backend().timing_report();  // forget the warm-up's op times
@@ -196,6 +204,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   dec->add_option("--batch", d->batches, "batch sizes, e.g. 1,8,32,64");
   dec->add_option("--context", d->context, "tokens already in each sequence (default 1024)");
   dec->add_option("--steps", d->steps, "timed decode steps (default 8)");
+  dec->add_flag("--whole-logits", d->whole_logits,
+                "move every logits row to the host (default: each row's greedy summary)");
   dec->callback([&action, d] { action = [d] { return run_decode(*d); }; });
   auto p = std::make_shared<BenchArgs>();
   CLI::App* pre = bench->add_subcommand("prefill", "prefill tokens/s for one prompt");

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine_pools.h"
+#include "engine/logits_draw.h"
 #include "engine/rank_tiers.h"
 #include "state/state_pool.h"
 
@@ -31,30 +32,6 @@ struct Engine::Sequence {
   int64_t transient_blocks = 0;  // depth of this sequence's latest boundary checkpoint
   bool prefetch = false;         // waiting for the engine thread to hand it to the prefetcher
 };
-
-namespace {
-
-// log-softmax value of one entry, and the top-n entries, from raw logits.
-void logprobs_of(const float* logits, int64_t vocab, int32_t token, int32_t top, StreamEvent& ev) {
-  double mx = logits[0];
-  for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
-  double sum = 0.0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - mx);
-  const double lse = mx + std::log(sum);
-  ev.logprob = static_cast<float>(logits[token] - lse);
-  if (top <= 0) return;
-  std::vector<int32_t> idx(vocab);
-  for (int64_t v = 0; v < vocab; ++v) idx[v] = static_cast<int32_t>(v);
-  const int64_t n = std::min<int64_t>(top, vocab);
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (int64_t i = 0; i < n; ++i) {
-    ev.top_logprobs.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
-  }
-}
-
-}  // namespace
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
     : model_(std::move(model)), options_(options) {
@@ -452,6 +429,13 @@ bool Engine::step() {
   }
   ForwardOptions fo;
   fo.gdn_mode = options_.gdn_mode;
+  if (options_.sample_from_summaries) {
+    std::vector<DrawRow> rows;
+    for (const Planned& p : plan) {
+      if (p.wants_logits) rows.push_back({&p.seq->request, p.seq->sampler.get()});
+    }
+    ask_summaries(rows, fo);
+  }
   ForwardOutput out;
   try {
     model_->forward(inputs, pools_->pool.views(), fo, out);
@@ -483,25 +467,11 @@ bool Engine::step() {
     if (plan[i].wants_logits) sampled.push_back(i);
   }
   std::vector<StreamEvent> drawn(plan.size());
+  DrawCounts counts;
   auto draw = [&](int64_t j) {
     const size_t i = sampled[static_cast<size_t>(j)];
     Sequence& s = *plan[i].seq;
-    const float* raw = out.last(static_cast<int64_t>(i));
-    const float* logits = raw;
-    std::vector<float> biased;
-    if (!s.request.logit_bias.empty() || s.request.processor) {
-      biased.assign(raw, raw + out.vocab);
-      for (const auto& [tok, bias] : s.request.logit_bias) {
-        if (tok >= 0 && tok < out.vocab) biased[tok] += bias;
-      }
-      if (s.request.processor) s.request.processor->apply(biased.data(), out.vocab);
-      logits = biased.data();
-    }
-    StreamEvent& ev = drawn[i];
-    ev.token = s.sampler->sample(logits, out.vocab);
-    if (s.request.top_logprobs >= 0) {
-      logprobs_of(raw, out.vocab, ev.token, s.request.top_logprobs, ev);
-    }
+    drawn[i] = draw_token(s.request, *s.sampler, out, static_cast<int64_t>(i), counts);
   };
   if (sampled.size() > 1) {
     default_thread_pool().parallel_for(static_cast<int64_t>(sampled.size()), draw);
@@ -549,6 +519,8 @@ bool Engine::step() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++metrics_.steps;
+    metrics_.summary_draws += counts.summary;
+    metrics_.whole_row_fetches += counts.fetched;
     metrics_.prompt_tokens += prompt_tokens;
     metrics_.generation_tokens += generated_tokens;
     if (!pools_->cache) metrics_.prefix_query_tokens += prompt_tokens;

@@ -98,6 +98,9 @@ class RequestStream {
 struct EngineOptions {
   int64_t page_size = 64;
   int64_t kv_cache_bytes = int64_t(1) << 30;  // KV pages of all sequences
+  // Draw from summaries of the logits rows (their largest entries and sums, computed where the
+  // rows are) when they suffice; false moves every whole row to the host (for comparisons).
+  bool sample_from_summaries = true;
   int64_t max_sequences = 32;                 // running at once (recurrent slots)
   int64_t step_token_budget = 512;            // tokens per forward pass (decode + prefill)
   int64_t max_queue = 1024;                   // waiting requests before submit() refuses
@@ -137,6 +140,8 @@ struct EngineMetrics {
   uint64_t prefix_hit_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  // Tokens drawn from a summary of their logits row, and rows fetched whole after all.
+  uint64_t summary_draws = 0, whole_row_fetches = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
   int64_t kv_bytes = 0, recurrent_bytes = 0, weight_bytes = 0;
   int64_t cache_nodes = 0, cache_pages = 0, cache_checkpoints = 0;

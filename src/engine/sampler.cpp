@@ -64,12 +64,15 @@ double Sampler::uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
+bool Sampler::penalised() const {
+  const SamplingParams& p = params_;
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   const SamplingParams& p = params_;
-  const bool penalise =
-      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const float* src = logits;
-  if (penalise) {
+  if (penalised()) {
     work_.assign(logits, logits + vocab);
     if (p.repetition_penalty != 1.0f) {
       for (int32_t t : seen_) {
@@ -182,6 +185,82 @@ int32_t Sampler::draw(const float* src, int64_t vocab) {
     if (u < 0.0) return order.at(i);
   }
   return order.at(keep - 1);
+}
+
+namespace {
+constexpr int64_t kSummaryEntries = 64;  // of a sampled (not greedy) row
+}  // namespace
+
+int64_t Sampler::summary_entries() const {
+  return params_.greedy() ? 1 : kSummaryEntries;
+}
+
+float Sampler::summary_temperature() const {
+  return params_.greedy() ? -1.0f : params_.temperature;
+}
+
+// draw() on the summary's entries (the row's largest, in its order): every cut and the walk
+// reach only a prefix of the descending order, and the normaliser is the summary's sum. When
+// they would reach past the entries held, nothing is drawn.
+std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab) {
+  const SamplingParams& p = params_;
+  if (penalised() || s.id.empty()) return std::nullopt;
+  if (p.greedy()) return s.id[0];
+  const size_t held = s.id.size();
+  const bool cut_k = p.top_k > 0 && p.top_k < vocab;
+  if (cut_k && static_cast<size_t>(p.top_k) > held) return std::nullopt;
+  const size_t candidates = cut_k ? static_cast<size_t>(p.top_k) : static_cast<size_t>(vocab);
+  const double inv_t = 1.0 / p.temperature;
+  const double mx = s.value[0];
+  auto weight = [&](size_t i) { return std::exp((static_cast<double>(s.value[i]) - mx) * inv_t); };
+  double sum = s.sumt;
+  if (cut_k) {
+    sum = 0.0;
+    for (size_t i = 0; i < candidates; ++i) sum += weight(i);
+  }
+  auto prob = [&](size_t i) { return weight(i) / sum; };
+  size_t keep = candidates;
+  double kept_mass = 1.0;
+  bool mass_known = true;
+  if (p.min_p > 0.0f) {
+    const double floor = p.min_p * (1.0 / sum);
+    keep = 0;
+    kept_mass = 0.0;
+    while (keep < held && keep < candidates && prob(keep) >= floor) kept_mass += prob(keep++);
+    // Every entry held passes: how many more do is not known.
+    mass_known = keep < held || keep == candidates;
+    keep = std::max<size_t>(keep, 1);
+    if (!mass_known) keep = candidates;
+  }
+  if (p.top_p < 1.0f) {
+    double acc = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (i >= held) return std::nullopt;
+      acc += prob(i);
+      if (acc >= p.top_p) {
+        keep = i + 1;
+        kept_mass = acc;
+        mass_known = true;
+        break;
+      }
+    }
+  }
+  if (!mass_known) return std::nullopt;
+  const uint64_t before = rng_;
+  double u = uniform() * kept_mass;
+  for (size_t i = 0; i < keep; ++i) {
+    if (i >= held) {
+      rng_ = before;
+      return std::nullopt;
+    }
+    u -= prob(i);
+    if (u < 0.0) return s.id[i];
+  }
+  if (keep - 1 >= held) {
+    rng_ = before;
+    return std::nullopt;
+  }
+  return s.id[keep - 1];
 }
 
 }  // namespace hibana

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
+
+#include "core/logits_summary.h"
 
 namespace hibana {
 
@@ -30,6 +33,14 @@ class Sampler {
   // accept().
   void set_prompt(std::span<const int32_t> prompt);
   int32_t sample(const float* logits, int64_t vocab);
+  // The same draw from a summary of the row (no penalties: see penalised()), or nullopt when
+  // it needs entries the summary does not hold; the generator is then where it was, so that
+  // sample() on the whole row gives what it would have. The summary must hold at least
+  // summary_entries() entries, with the sums summary_temperature() asks for.
+  std::optional<int32_t> sample(const LogitsSummary& summary, int64_t vocab);
+  bool penalised() const;
+  int64_t summary_entries() const;
+  float summary_temperature() const;
   void accept(int32_t token);
   const SamplingParams& params() const { return params_; }
 

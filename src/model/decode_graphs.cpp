@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/layout.h"
+#include "model/logits_output.h"
 
 namespace hibana {
 
@@ -129,8 +130,18 @@ bool DecodeGraphs::run(std::span<const SequenceInput> seqs, const StateViews& st
   }
 
   out.vocab = vocab_;
-  out.logits.resize(static_cast<size_t>(B * vocab_));
-  copy_to_host(e.logits.slice_rows(0, B), out.logits.data());
+  out.summaries.clear();
+  out.fetch_row = nullptr;
+  if (options.summary_k > 0) {
+    // The rows stay on the device for fetch_row, out of the bucket's buffer (which the next
+    // step of any engine on this model overwrites).
+    auto rows = std::make_shared<OwnedTensor>(make_uninit_tensor(DType::f32, {B, vocab_}, dev));
+    copy_bytes(rows->tensor.data, dev, e.logits.data, dev, rows->tensor.nbytes());
+    deliver_logits(be_, std::move(rows), options, out);
+  } else {
+    out.logits.resize(static_cast<size_t>(B * vocab_));
+    copy_to_host(e.logits.slice_rows(0, B), out.logits.data());
+  }
   out.hidden_states.clear();
   out.first_row.resize(B);
   out.row_count.assign(B, 1);

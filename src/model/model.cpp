@@ -12,6 +12,7 @@
 #include "model/decode_graphs.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "model/logits_output.h"
 #include "model/step_message.h"
 #include "model/tensor_parallel.h"
 
@@ -22,13 +23,17 @@ namespace {
 // Final norm and lm_head over the chosen rows of x; logits (and hidden states) come back to
 // host memory. A vocabulary-sharded lm_head gives each rank its columns, then all of them.
 void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& norm, Backend& be,
-                  const Tensor& x, const std::vector<int64_t>& rows, bool want_hidden,
+                  const Tensor& x, const std::vector<int64_t>& rows, const ForwardOptions& o,
                   const TensorParallel* tp, ForwardOutput& out) {
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size, V = c.vocab_size;
   const Device dev = be.device();
+  const bool want_hidden = o.want_hidden;
   out.vocab = V;
   out.hidden = H;
-  out.logits.assign(static_cast<size_t>(R * V), 0.0f);
+  out.summaries.clear();
+  out.fetch_row = nullptr;
+  const bool on_host = tp || dev == Device::cpu;
+  out.logits.assign(on_host ? static_cast<size_t>(R * V) : 0, 0.0f);
   if (R == 0) return;
   OwnedTensor xr = make_tensor(DType::f32, {R, H}, dev);
   // Consecutive rows (every decode step, every LogitsMode::all) move in one copy.
@@ -49,12 +54,14 @@ void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& nor
     std::vector<float> part(static_cast<size_t>(R * lm_head.rows()));
     be.matmul(xv, lm_head, Tensor(part.data(), DType::f32, {R, lm_head.rows()}));
     gather_logits(*tp, part, R, out.logits.data());
+    summarise_host_logits(be, o, R, out);
   } else if (dev == Device::cpu) {
     be.matmul(xv, lm_head, Tensor(out.logits.data(), DType::f32, {R, V}));
+    summarise_host_logits(be, o, R, out);
   } else {
-    OwnedTensor logits = make_tensor(DType::f32, {R, V}, dev);
-    be.matmul(xv, lm_head, logits.tensor);
-    copy_to_host(logits.tensor, out.logits.data());
+    auto logits = std::make_shared<OwnedTensor>(make_uninit_tensor(DType::f32, {R, V}, dev));
+    be.matmul(xv, lm_head, logits->tensor);
+    deliver_logits(be, std::move(logits), o, out);
   }
 }
 
@@ -428,8 +435,8 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
     layers::decoder_layer(layer_config(), l, be, x.tensor, ls.layout, state, layer_comm());
   }
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
-  project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows,
-               options.want_hidden, tp_.get(), out);
+  project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows, options,
+               tp_.get(), out);
 }
 
 void Model::follow(const std::function<const StateViews&(const StateGeometry&)>& state,
@@ -528,7 +535,9 @@ void Model::mtp_pass(std::span<const MtpInput> seqs, const StateViews& state,
   be.matmul(cat.tensor, m.fc, x.tensor);
   layers::decoder_layer(layer_config(), m.layer, be, x.tensor, ls.layout, state, layer_comm());
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
-  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, true, tp_.get(), out);
+  ForwardOptions mtp_rows;
+  mtp_rows.want_hidden = true;
+  project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, mtp_rows, tp_.get(), out);
 }
 
 int64_t Model::parameter_count() const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/logits_summary.h"
 #include "model/config.h"
 #include "model/shard_plan.h"
 #include "model/state_views.h"
@@ -35,6 +36,11 @@ struct SequenceInput {
 struct ForwardOptions {
   GdnMode gdn_mode = GdnMode::aligned_chunks;
   bool want_hidden = false;  // also return the final-normed hidden state of each logits row
+  // Summaries instead of whole rows (core/logits_summary.h) when summary_k > 0: each
+  // logits row's summary_k largest entries and its sums, at summary_temperature[row] (as
+  // summarise_row takes it: < 0 no sums, 0 sum1 only). Only these cross to the host.
+  int64_t summary_k = 0;
+  std::vector<float> summary_temperature;
 };
 
 struct ForwardOutput {
@@ -44,9 +50,15 @@ struct ForwardOutput {
   std::vector<float> hidden_states;  // [rows, hidden] when asked
   std::vector<int64_t> first_row;    // per sequence: its first logits row
   std::vector<int64_t> row_count;    // per sequence: how many rows it has
+  // With ForwardOptions::summary_k: one per logits row, and `fetch_row` copies any row's
+  // logits into a host buffer of `vocab` floats (valid until the next forward of the model);
+  // `logits` may then be empty.
+  std::vector<LogitsSummary> summaries;
+  std::function<void(int64_t row, float* dst)> fetch_row;
   const float* row(int64_t r) const { return logits.data() + r * vocab; }
-  // Logits of sequence s at the last position it asked for.
-  const float* last(int64_t s) const { return row(first_row[s] + row_count[s] - 1); }
+  // The logits row of sequence s at the last position it asked for.
+  int64_t last_row(int64_t s) const { return first_row[s] + row_count[s] - 1; }
+  const float* last(int64_t s) const { return row(last_row(s)); }
 };
 
 // One draft request for the MTP head: predicts the token after `next_token`, given the target's

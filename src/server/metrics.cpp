@@ -156,6 +156,12 @@ std::string prometheus_text(const EngineMetrics* m, const std::string& model_nam
              static_cast<double>(m->preemptions));
     w.metric("hibana_engine_steps_total", "counter", "Forward passes run.",
              static_cast<double>(m->steps));
+    w.metric("hibana_summary_draws_total", "counter",
+             "Tokens drawn from a summary of their logits row (no whole row moved).",
+             static_cast<double>(m->summary_draws));
+    w.metric("hibana_whole_row_fetches_total", "counter",
+             "Logits rows fetched whole because their summary did not decide the draw.",
+             static_cast<double>(m->whole_row_fetches));
     w.metric("hibana_kv_cache_pages_used", "gauge", "KV cache pages in use.",
              static_cast<double>(m->kv_pages_used));
     w.metric("hibana_kv_cache_pages_total", "gauge", "KV cache pages in the pool.",

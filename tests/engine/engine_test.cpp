@@ -145,6 +145,69 @@ TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {
   }
 }
 
+// Steps draw from summaries of the logits rows (their largest entries and sums, computed
+// where the rows are) and fetch a whole row only when a draw needs more: greedy, sampled,
+// top-k and top-p requests, with and without logprobs, in one batch, get the tokens and
+// logprobs of an engine that moves every whole row to the host. On the GPU the summaries come
+// from the CUDA kernel (float exponentials: logprobs within 1e-5).
+class Summaries : public testing::TestWithParam<std::string> {};
+
+TEST_P(Summaries, GiveTheTokensAndLogprobsOfWholeRows) {
+  if (test::unavailable(GetParam())) GTEST_SKIP();
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next", GetParam());
+  const int64_t V = model->config().vocab_size;
+  auto request = [&](int i) {
+    GenerationRequest r = greedy_request(prompt_of(12 + 9 * i, 90 + i, V), 12);
+    if (i % 3 != 0) {
+      r.sampling.temperature = i == 5 ? 2.5f : 0.9f;  // 2.5: flat rows, fetched whole
+      r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
+      r.sampling.top_k = i == 4 ? 20 : 0;
+      r.sampling.seed = 77 + static_cast<uint64_t>(i);
+    }
+    r.top_logprobs = i % 2 == 0 ? 3 : -1;
+    return r;
+  };
+  auto run = [&](bool summaries) {
+    EngineOptions opt;
+    opt.gdn_mode = GdnMode::recurrent;
+    opt.max_sequences = 8;
+    opt.sample_from_summaries = summaries;
+    Engine engine(model, opt);
+    engine.hold_admission(true);  // one batch
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 6; ++i) streams.push_back(engine.submit(request(i)));
+    engine.hold_admission(false);
+    std::vector<Outcome> out;
+    for (auto& s : streams) out.push_back(collect(*s));
+    const EngineMetrics m = engine.metrics();
+    if (summaries) {
+      EXPECT_GT(m.summary_draws, 40u);  // of 72 tokens
+      EXPECT_GT(m.whole_row_fetches, 0u);  // the flat rows
+    } else {
+      EXPECT_EQ(m.summary_draws + m.whole_row_fetches, 0u);
+    }
+    return out;
+  };
+  const std::vector<Outcome> summarised = run(true), whole = run(false);
+  const float tol = GetParam() == "cpu" ? 0.0f : 1e-5f;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(summarised[i].tokens, whole[i].tokens) << "request " << i;
+    ASSERT_EQ(summarised[i].events.size(), whole[i].events.size());
+    for (size_t t = 0; t < whole[i].events.size(); ++t) {
+      const StreamEvent &a = summarised[i].events[t], &b = whole[i].events[t];
+      EXPECT_NEAR(a.logprob, b.logprob, tol) << i << " " << t;
+      ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size());
+      for (size_t j = 0; j < b.top_logprobs.size(); ++j) {
+        EXPECT_EQ(a.top_logprobs[j].token, b.top_logprobs[j].token);
+        EXPECT_NEAR(a.top_logprobs[j].logprob, b.top_logprobs[j].logprob, tol);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Summaries, testing::Values("cpu", "cuda"),
+                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
+
 // A KV cache with room for about two requests: the rest queue, some are preempted and
 // recomputed; all finish, and in exact (recurrent) mode every output is the solo output.
 TEST(Engine, MemoryPressureQueuesAndPreemptsWithoutLoss) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -113,39 +114,105 @@ int32_t reference_draw(const std::vector<float>& l, const SamplingParams& p) {
   return idx[keep - 1];
 }
 
-// The sampler sorts only what its cuts and its draw reach (a full sort of a 152k vocabulary
-// per token cost 17 ms): it must draw what a full sort would, whatever the cuts.
-TEST(Sampler, DrawsWhatAFullSortWould) {
-  std::mt19937 gen(5);
+// Runs fn(row, V, params) over random rows with ties (V = 7, 300, 5000), every cut below, the
+// temperatures given and `seeds` seeds.
+template <typename F>
+void over_rows_and_cuts(uint32_t salt, int reps, std::initializer_list<float> temperatures,
+                        uint64_t seeds, F&& fn) {
+  std::mt19937 gen(salt);
   std::normal_distribution<float> normal(0.0f, 2.5f);
-  int differ = 0, cases = 0;
   for (int64_t V : {7, 300, 5000}) {
     std::vector<float> l(static_cast<size_t>(V));
-    for (int rep = 0; rep < 4; ++rep) {
+    for (int rep = 0; rep < reps; ++rep) {
       for (float& x : l) x = std::round(normal(gen) * 8.0f) / 8.0f;  // ties too
-      for (float t : {0.3f, 1.0f, 2.0f}) {
+      for (float t : temperatures) {
         for (auto [k, top_p, min_p] : {std::tuple{0, 1.0f, 0.0f},
                                        {0, 0.9f, 0.0f},
                                        {0, 1.0f, 0.05f},
                                        {40, 0.95f, 0.0f},
                                        {0, 0.7f, 0.01f},
-                                       {3, 1.0f, 0.0f}}) {
-          for (uint64_t seed = 0; seed < 25; ++seed) {
+                                       {3, 1.0f, 0.0f},
+                                       {100, 1.0f, 0.0f}}) {
+          for (uint64_t seed = 0; seed < seeds; ++seed) {
             SamplingParams p;
             p.temperature = t;
             p.top_k = k;
             p.top_p = top_p;
             p.min_p = min_p;
             p.seed = seed;
-            Sampler s(p);
-            differ += s.sample(l.data(), V) != reference_draw(l, p);
-            ++cases;
+            fn(l, V, p);
           }
         }
       }
     }
   }
+}
+
+// The sampler sorts only what its cuts and its draw reach (a full sort of a 152k vocabulary
+// per token cost 17 ms): it must draw what a full sort would, whatever the cuts.
+TEST(Sampler, DrawsWhatAFullSortWould) {
+  int differ = 0, cases = 0;
+  over_rows_and_cuts(5, 4, {0.3f, 1.0f, 2.0f}, 25,
+                     [&](const std::vector<float>& l, int64_t V, const SamplingParams& p) {
+                       Sampler s(p);
+                       differ += s.sample(l.data(), V) != reference_draw(l, p);
+                       ++cases;
+                     });
   EXPECT_EQ(differ, 0) << "of " << cases << " draws";
+}
+
+// A draw from a summary of the row (its largest entries and sums) is the draw from the whole
+// row, or nothing with the generator untouched (then the whole row gives the same token as
+// it would have): sequences of draws agree with a sampler that always had the whole row.
+TEST(Sampler, DrawsFromASummaryWhatTheWholeRowGives) {
+  int differ = 0, cases = 0, from_summary = 0, from_row = 0;
+  over_rows_and_cuts(9, 3, {0.0f, 0.3f, 1.0f, 3.0f}, 6,
+                     [&](const std::vector<float>& l, int64_t V, const SamplingParams& p) {
+                       Sampler whole(p), summarised(p);
+                       const int64_t n = summarised.summary_entries();
+                       std::vector<int32_t> packed(static_cast<size_t>(summary_words(n)));
+                       summarise_row(l.data(), V, summarised.summary_temperature(), n,
+                                     packed.data());
+                       const LogitsSummary sum = unpack_summary(packed.data(), n);
+                       for (int draw = 0; draw < 6; ++draw) {
+                         std::optional<int32_t> got = summarised.sample(sum, V);
+                         (got ? from_summary : from_row)++;
+                         if (!got) got = summarised.sample(l.data(), V);
+                         differ += *got != whole.sample(l.data(), V);
+                         ++cases;
+                       }
+                     });
+  EXPECT_EQ(differ, 0) << "of " << cases << " draws";
+  // Both ways were taken (most draws from the summary; flat rows at high temperature need
+  // more than 64 entries).
+  EXPECT_GT(from_summary, cases / 2);
+  EXPECT_GT(from_row, 0);
+}
+
+// The summary holds the largest entries in the row's order (larger first, the lower token
+// among equals), its maximum and both sums.
+TEST(Sampler, SummaryHoldsTheLargestEntriesInOrder) {
+  const std::vector<float> l = {1.0f, 3.0f, -0.0f, 3.0f, 0.0f, -2.0f, 2.5f};
+  std::vector<int32_t> packed(static_cast<size_t>(summary_words(5)));
+  summarise_row(l.data(), 7, 0.5f, 5, packed.data());
+  const LogitsSummary s = unpack_summary(packed.data(), 5);
+  EXPECT_EQ(s.id, (std::vector<int32_t>{1, 3, 6, 0, 2}));
+  EXPECT_EQ(s.max, 3.0f);
+  double sum1 = 0.0, sumt = 0.0;
+  for (float x : l) {
+    sum1 += std::exp(static_cast<double>(x) - 3.0);
+    sumt += std::exp((static_cast<double>(x) - 3.0) * 2.0);
+  }
+  EXPECT_DOUBLE_EQ(s.sum1, sum1);
+  EXPECT_DOUBLE_EQ(s.sumt, sumt);
+  float lp = 0.0f;
+  ASSERT_TRUE(s.logprob(6, lp));
+  EXPECT_FLOAT_EQ(lp, static_cast<float>(2.5 - (3.0 + std::log(sum1))));
+  EXPECT_FALSE(s.logprob(5, lp));  // not held
+  // More entries asked than the row has: all of them.
+  std::vector<int32_t> all(static_cast<size_t>(summary_words(10)));
+  summarise_row(l.data(), 7, -1.0f, 10, all.data());
+  EXPECT_EQ(unpack_summary(all.data(), 10).id.size(), 7u);
 }
 
 TEST(Sampler, PenaltiesDiscourageRepeats) {

@@ -5,7 +5,8 @@
 # step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts).
-# TIMING=1 adds the per-op GPU time breakdown to the benchmarks.
+# TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
+# benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,7 +49,7 @@ stage_sanitize() {
 bench_decode() {
   HIBANA_CUDA_TIMING=${TIMING:-0} timeout "$3" $B/hibana bench decode --device cuda \
     --load-format dummy --config bench/configs/$1.json --dtype "$2" \
-    --batch ${BATCHES:-1,8,32,64} --context 4096 --steps 16 2>&1 | tee "$OUT/bench_$1.log"
+    --batch ${BATCHES:-1,8,32,64} --context 4096 --steps 16 ${WHOLE:+--whole-logits} 2>&1 | tee "$OUT/bench_$1.log"
 }
 
 stage_prefill() {

@@ -480,6 +480,11 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "moe_experts");
     cuda::moe_experts(x, ids, weights, experts, out);
   }
+  void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
+                      Tensor out) override {
+    Timed timed(timer_, "logits_summary");
+    cuda::logits_summary(logits, temperature, k, out);
+  }
   void copy_slot(Tensor states, int64_t src, int64_t dst) override {
     check(src >= 0 && dst >= 0 && src < states.shape[0] && dst < states.shape[0],
           ErrorKind::internal, "copy_slot: slot out of range");

@@ -29,6 +29,10 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out);
 
+// sampling.cu
+void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
+                    Tensor out);
+
 // attention.cu
 void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
               const BatchLayout& layout);

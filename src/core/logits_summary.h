@@ -1,0 +1,40 @@
+// A row of logits, summarised where it was computed so that a draw rarely needs the whole row
+// on the host: the row's largest entries (value descending, the lower token first among
+// equals), its maximum, and the sums of exp(l - max) and exp((l - max) / T) in double.
+// Backend::logits_summary writes the packed form (summary_words per row, i32 words); unpack
+// reads it back. summarise_row is the reference every backend must match (same candidates
+// and order; sums within about 1e-7 relative).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hibana {
+
+struct LogitsSummary {
+  float max = 0.0f;
+  double sum1 = 0.0;         // sum of exp(l - max) (0 unless asked)
+  double sumt = 0.0;         // sum of exp((l - max) / T) (0 unless asked)
+  std::vector<float> value;  // the largest entries, descending
+  std::vector<int32_t> id;   // their tokens
+  // Log-probability of `token` (at temperature 1) when it is among the entries held; sum1
+  // must have been asked for.
+  bool logprob(int32_t token, float& out) const;
+};
+
+// Packed: words 0-1 sum1, 2-3 sumt (doubles), 4 max (float), 5 count, 6-7 unused, then `k`
+// values (float) and `k` ids.
+inline int64_t summary_words(int64_t k) {
+  return 8 + 2 * k;
+}
+
+// `temperature` < 0: no sums; 0: sum1 only; > 0: both (sumt at 1 / temperature, in double).
+void summarise_row(const float* row, int64_t vocab, float temperature, int64_t k, int32_t* out);
+LogitsSummary unpack_summary(const int32_t* packed, int64_t k);
+// summarise_row over the rows of host f32 logits [R, V] into i32 out [R, summary_words(k)].
+void summarise_rows(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
+                    Tensor out);
+
+}  // namespace hibana

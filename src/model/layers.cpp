@@ -128,20 +128,31 @@ void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
 
 void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
-  OwnedTensor logits = scratch(be, T, E);
-  be.matmul(xn, w.router, logits.tensor);
+  // With the shared expert's gate stacked under the router: one matmul, its last column the
+  // gate (each output column is its own weight row's product: the same values either way).
+  const bool stacked = !w.router_gate.empty() && !w.shared.gate.empty();
+  OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E);
+  be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
+  const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;
   OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
-  be.moe_route(logits.tensor, k, c.norm_topk_prob, ids.tensor, weights.tensor);
+  be.moe_route(logits, k, c.norm_topk_prob, ids.tensor, weights.tensor);
   const int64_t held = static_cast<int64_t>(w.experts.gate.size());
   if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
     be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
   }
   be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
   if (!w.shared.gate.empty()) {
-    OwnedTensor shared = scratch(be, T, c.hidden_size), gate = scratch(be, T, 1);
+    OwnedTensor shared = scratch(be, T, c.hidden_size), own_gate;
     mlp(w.shared, be, xn, shared.tensor);
-    be.matmul(xn, w.shared_gate, gate.tensor);
-    be.add_sigmoid_scaled(out, shared.tensor, gate.tensor);
+    Tensor gate;
+    if (stacked) {
+      gate = columns(scores.tensor, E, 1);
+    } else {
+      own_gate = scratch(be, T, 1);
+      be.matmul(xn, w.shared_gate, own_gate.tensor);
+      gate = own_gate.tensor;
+    }
+    be.add_sigmoid_scaled(out, shared.tensor, gate);
   }
 }
 

@@ -375,6 +375,9 @@ void move_weights(ModelWeights& w, Device device) {
     }
     l.mlp.gate_up = stack_on_device({&l.mlp.gate, &l.mlp.up}, device, owned);
     l.moe.shared.gate_up = stack_on_device({&l.moe.shared.gate, &l.moe.shared.up}, device, owned);
+    if (!l.moe.router.empty() && !l.moe.shared_gate.empty()) {
+      l.moe.router_gate = stack_on_device({&l.moe.router, &l.moe.shared_gate}, device, owned);
+    }
     // Routed experts: [gate_0 ; up_0 ; gate_1 ; up_1 ...] in one buffer, each expert's pair
     // then read as one [2 * intermediate, hidden] matrix.
     ExpertWeights& ex = l.moe.experts;

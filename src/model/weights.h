@@ -49,6 +49,9 @@ struct MoeWeights {
   int64_t first_expert = 0;
   MlpWeights shared;   // empty when the family has no shared expert
   Weight shared_gate;  // [1, hidden]
+  // [router ; shared_gate] stacked on a GPU (one launch scores the experts and the shared
+  // expert's gate; router and shared_gate are then views of it); else empty.
+  Weight router_gate;
 };
 
 struct LayerWeights {

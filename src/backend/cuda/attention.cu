@@ -142,41 +142,35 @@ __global__ void attention_split_kernel(AttnParams p) {
   }
 }
 
-// One warp per (token, head): the largest of the splits' maxima first (exact in any order),
-// then every split's sums scaled to it and added in split order, normalised at the end. The
-// splits' loads do not wait on each other's arithmetic.
+// One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
+// in any order), then every split's sums scaled to it and added in split order, normalised at
+// the end. Each lane owns one dimension (an output element's operations are those of any other
+// split of the dimensions among warps), so sixteen splits' loads are in flight at once.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
   pdl_start();
+  const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (w >= tokens * heads) return;
-  const int64_t tl = w / heads, h = w % heads, t = t_begin + tl;
+  if (w >= tokens * heads * groups) return;
+  const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
+  const int64_t d = (w % groups) * 32 + lane;
   const int n = static_cast<int>(pos[t] / kSplit) + 1;
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   float M = -INFINITY;
   for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
   M = warp_max(M);
-  float o[kMaxDimsPerLane], L = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] = 0.0f;
-#pragma unroll 4
+  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
+  float o = 0.0f, L = 0.0f;
+#pragma unroll 16
   for (int s = 0; s < n; ++s) {
     const float* ps = base + s * (hd + 2);
     const float b = expf(ps[hd] - M);
     L = fmaf(ps[hd + 1], b, L);
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      if (lane + 32 * i < hd) o[i] = fmaf(ps[lane + 32 * i], b, o[i]);
-    }
+    o = fmaf(ps[dd], b, o);
   }
-  const float inv = 1.0f / L;
-#pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    if (d < hd) out[t * ldo + h * hd + d] = o[i] * inv;
-  }
+  if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
 }
 
 }  // namespace
@@ -277,9 +271,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       }
       launched("attention_split_kernel");
     }
-    launch_pdl(attention_merge_kernel, blocks_for(n * heads * 32, 256), 256, 0, partial.as<float>(),
-               layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits, out.ptr<float>(),
-               ld(out));
+    launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
+               partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
+               out.ptr<float>(), ld(out));
     launched("attention_merge_kernel");
   }
 }

@@ -71,12 +71,13 @@ stage_matmul() {
 # Nsight Compute: per-kernel time of one replayed decode step at batch 1 (the 8B shape unless
 # PROFILE="CONFIG DTYPE", e.g. "qwen3-next-80b-a3b fp8"): only the third replayed step is
 # profiled (HIBANA_CUDA_PROFILE_REPLAY), each graph node as a kernel, caches flushed before each
-# (decode reads its weights from DRAM once per step anyway); then the full sections of the
-# batch-1 matmul at the SHAPES (none: skip).
+# (decode reads its weights from DRAM once per step anyway; CACHE=none keeps them, to see what
+# a small kernel costs when the previous one left its inputs in L2); then the full sections of
+# the batch-1 matmul at the SHAPES (none: skip).
 stage_profile() {
   set -- ${PROFILE:-qwen3-8b bf16}
   HIBANA_CUDA_PROFILE_REPLAY=3 timeout 400 ncu --profile-from-start off --graph-profiling node \
-    --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
+    --clock-control none --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
     --print-units base $B/hibana bench decode --device cuda --load-format dummy \
     --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 4 \
     >"$OUT/ncu_decode_$1.csv" 2>"$OUT/ncu_decode_$1.err"

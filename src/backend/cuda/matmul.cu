@@ -15,6 +15,7 @@
 // to 144 bytes so that each quarter-warp's 16-byte reads of 8 consecutive rows hit distinct
 // banks. Every configuration fits the 99 KiB of shared memory of sm_86/89/121 parts.
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -244,12 +245,23 @@ std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_
 
 namespace {
 
-// The split length of a [N, K] weight: enough splits that a decode step fills the GPU, never
-// shorter than 512 elements, a multiple of kSplitQuantum. Depends on the shape only.
+// A tuning knob read once from the environment (for benchmarks: a value other than the
+// default changes the split of every product, hence its last bits).
+int64_t knob(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  const int64_t n = v ? std::atoll(v) : 0;
+  return n > 0 ? n : fallback;
+}
+
+// The split length of a [N, K] weight: enough splits that a decode step fills the GPU (264
+// tiles of 128 rows, HIBANA_CUDA_SPLIT_TILES), never shorter than 512 elements
+// (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape only.
 int64_t split_length(int64_t N, int64_t K) {
+  static const int64_t tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
+  static const int64_t shortest = knob("HIBANA_CUDA_SPLIT_MIN", 512);
   const int64_t n_tiles = (N + 127) / 128;
-  const int64_t want = std::max<int64_t>(1, 264 / n_tiles);
-  const int64_t most = std::max<int64_t>(1, K / 512);
+  const int64_t want = std::max<int64_t>(1, tiles / n_tiles);
+  const int64_t most = std::max<int64_t>(1, K / shortest);
   const int64_t splits = std::clamp<int64_t>(want, 1, most);
   const int64_t len = (K + splits - 1) / splits;
   return (len + kSplitQuantum - 1) / kSplitQuantum * kSplitQuantum;

@@ -13,10 +13,14 @@ namespace hibana {
 bool LogitsSummary::logprob(int32_t token, float& out) const {
   for (size_t i = 0; i < id.size(); ++i) {
     if (id[i] != token) continue;
-    out = static_cast<float>(value[i] - (max + std::log(sum1)));
+    out = static_cast<float>(value[i] - lse());
     return true;
   }
   return false;
+}
+
+double LogitsSummary::lse() const {
+  return max + std::log(sum1);
 }
 
 void summarise_row(const float* row, int64_t vocab, float temperature, int64_t k, int32_t* out) {

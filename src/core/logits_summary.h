@@ -22,11 +22,13 @@ struct LogitsSummary {
   // Log-probability of `token` (at temperature 1) when it is among the entries held; sum1
   // must have been asked for.
   bool logprob(int32_t token, float& out) const;
+  // log of the sum of exp(l) over the row (sum1 must have been asked for).
+  double lse() const;
 };
 
 // Packed: words 0-1 sum1, 2-3 sumt (doubles), 4 max (float), 5 count, 6-7 unused, then `k`
 // values (float) and `k` ids.
-inline int64_t summary_words(int64_t k) {
+constexpr int64_t summary_words(int64_t k) {
   return 8 + 2 * k;
 }
 

@@ -37,7 +37,7 @@ bool logprobs_from_summary(const LogitsSummary& sum, int32_t top, StreamEvent& e
   if (!sum.logprob(ev.token, ev.logprob)) return false;
   const size_t n = static_cast<size_t>(std::max(top, 0));
   if (n > sum.id.size()) return false;
-  const double lse = sum.max + std::log(sum.sum1);
+  const double lse = sum.lse();
   for (size_t i = 0; i < n; ++i) {
     ev.top_logprobs.push_back({sum.id[i], static_cast<float>(sum.value[i] - lse)});
   }

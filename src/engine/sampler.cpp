@@ -123,6 +123,37 @@ class LazyOrder {
   size_t sorted_ = 0;
 };
 
+// top-p, then the draw, over candidates in descending order: prob(i) is the i-th one's
+// probability, the first `keep` are kept (their mass `kept_mass`, when `mass_known`). Returns the
+// index drawn, or nullopt when the cut or the walk needs a candidate past the first `held` (or
+// the mass stays unknown); `uniform` is called once, and only once the cut is settled.
+template <typename Prob, typename Uniform>
+std::optional<size_t> top_p_and_draw(Prob prob, size_t keep, double kept_mass, bool mass_known,
+                                     size_t held, float top_p, Uniform uniform) {
+  if (top_p < 1.0f) {
+    double acc = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (i >= held) return std::nullopt;
+      acc += prob(i);
+      if (acc >= top_p) {
+        keep = i + 1;
+        kept_mass = acc;
+        mass_known = true;
+        break;
+      }
+    }
+  }
+  if (!mass_known) return std::nullopt;
+  double u = uniform() * kept_mass;
+  for (size_t i = 0; i < keep; ++i) {
+    if (i >= held) return std::nullopt;
+    u -= prob(i);
+    if (u < 0.0) return i;
+  }
+  if (keep - 1 >= held) return std::nullopt;
+  return keep - 1;
+}
+
 }  // namespace
 
 // The candidates' probabilities are a softmax at the temperature over the top-k (or every
@@ -167,24 +198,10 @@ int32_t Sampler::draw(const float* src, int64_t vocab) {
     }
     keep = std::max<size_t>(keep, 1);
   }
-  // top-p: the smallest prefix of the kept ones whose mass reaches top_p.
-  if (p.top_p < 1.0f) {
-    double acc = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += prob(i);
-      if (acc >= p.top_p) {
-        keep = i + 1;
-        kept_mass = acc;
-        break;
-      }
-    }
-  }
-  double u = uniform() * kept_mass;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= prob(i);
-    if (u < 0.0) return order.at(i);
-  }
-  return order.at(keep - 1);
+  // top-p: the smallest prefix of the kept ones whose mass reaches top_p; then the draw (every
+  // candidate is at hand: it always draws).
+  return order.at(*top_p_and_draw(prob, keep, kept_mass, true, order.size(), p.top_p,
+                                  [&] { return uniform(); }));
 }
 
 namespace {
@@ -232,35 +249,14 @@ std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab) {
     keep = std::max<size_t>(keep, 1);
     if (!mass_known) keep = candidates;
   }
-  if (p.top_p < 1.0f) {
-    double acc = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      if (i >= held) return std::nullopt;
-      acc += prob(i);
-      if (acc >= p.top_p) {
-        keep = i + 1;
-        kept_mass = acc;
-        mass_known = true;
-        break;
-      }
-    }
-  }
-  if (!mass_known) return std::nullopt;
   const uint64_t before = rng_;
-  double u = uniform() * kept_mass;
-  for (size_t i = 0; i < keep; ++i) {
-    if (i >= held) {
-      rng_ = before;
-      return std::nullopt;
-    }
-    u -= prob(i);
-    if (u < 0.0) return s.id[i];
-  }
-  if (keep - 1 >= held) {
-    rng_ = before;
+  const std::optional<size_t> i =
+      top_p_and_draw(prob, keep, kept_mass, mass_known, held, p.top_p, [&] { return uniform(); });
+  if (!i) {
+    rng_ = before;  // as if this draw never started
     return std::nullopt;
   }
-  return s.id[keep - 1];
+  return s.id[*i];
 }
 
 }  // namespace hibana

@@ -130,7 +130,7 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
   // With the shared expert's gate stacked under the router: one matmul, its last column the
   // gate (each output column is its own weight row's product: the same values either way).
-  const bool stacked = !w.router_gate.empty() && !w.shared.gate.empty();
+  const bool stacked = !w.router_gate.empty();
   OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E);
   be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
   const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;

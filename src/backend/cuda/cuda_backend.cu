@@ -37,7 +37,6 @@ cudaStream_t g_stream = nullptr;
 // A thread recording a graph records on a stream of its own (so that no other thread's work
 // on g_stream lands in its graph, nor its work in theirs); its allocations come from the arena.
 thread_local cudaStream_t t_capture = nullptr;
-thread_local bool t_capturing = false;
 }  // namespace
 
 // A non-blocking stream of our own (not the legacy default stream), so that work can later be
@@ -139,11 +138,11 @@ class CaptureArena {
 CaptureArena g_arena;
 
 void* device_allocate(size_t bytes) {
-  if (t_capturing) {
+  if (t_capture) {
     if (void* p = g_arena.allocate(bytes)) return p;
   }
   void* p = nullptr;
-  cudaError_t e = bytes >= kLargeAllocation && !t_capturing ? cudaMalloc(&p, bytes)
+  cudaError_t e = bytes >= kLargeAllocation && !t_capture ? cudaMalloc(&p, bytes)
                                                             : cudaMallocAsync(&p, bytes, stream());
   if (e != cudaSuccess) {
     cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
@@ -159,7 +158,7 @@ void* device_allocate(size_t bytes) {
 
 void device_release(void* p, size_t bytes) {
   if (g_arena.release(p)) return;
-  if (bytes >= kLargeAllocation && !t_capturing) {
+  if (bytes >= kLargeAllocation && !t_capture) {
     warn_cuda(cudaFree(p), "cudaFree");
   } else {
     warn_cuda(cudaFreeAsync(p, stream()), "cudaFreeAsync");
@@ -340,13 +339,11 @@ class CudaBackend final : public Backend {
     }();
     HIBANA_CUDA(cudaStreamBeginCapture(recording, cudaStreamCaptureModeRelaxed));
     t_capture = recording;
-    t_capturing = true;
   }
   std::shared_ptr<void> end_capture() override {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(cuda::stream(), &graph);
     t_capture = nullptr;
-    t_capturing = false;
     cudaGraphExec_t exec = nullptr;
     if (e == cudaSuccess && graph) e = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
     if (temp > 0.0f) sumt = block_sum(b, sh.sums);
   }
 
-  int32_t* o = out + r * (8 + 2 * k);  // summary_words(k)
+  int32_t* o = out + r * summary_words(k);
   if (n == 1) {
     if (t == 0) {
       sh.value[0] = mx;

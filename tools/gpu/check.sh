@@ -74,22 +74,29 @@ stage_matmul() {
 # (decode reads its weights from DRAM once per step anyway; CACHE=none keeps them, to see what
 # a small kernel costs when the previous one left its inputs in L2); then the full sections of
 # the batch-1 matmul at the SHAPES (none: skip).
-stage_profile() {
-  set -- ${PROFILE:-qwen3-8b bf16}
+profile_step() {
   HIBANA_CUDA_PROFILE_REPLAY=3 timeout 400 ncu --profile-from-start off --graph-profiling node \
     --clock-control none --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
     --print-units base $B/hibana bench decode --device cuda --load-format dummy \
     --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 4 \
     >"$OUT/ncu_decode_$1.csv" 2>"$OUT/ncu_decode_$1.err"
   python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_$1.csv" | tee "$OUT/ncu_decode_step_$1.txt" | head -40
+}
+
+# PROFILE=none skips the step; DTYPE picks the matmuls' weights (bf16).
+stage_profile() {
+  set -- ${PROFILE:-qwen3-8b bf16}
+  [ "$1" = none ] || profile_step "$@"
   [ "${SHAPES:-}" = none ] && return
   for shape in $(echo "${SHAPES:-24576x4096,4096x4096}" | tr , " "); do
-    timeout 200 ncu --clock-control none --cache-control none -k regex:"gemv_kernel|mma_kernel" --launch-skip 6 --launch-count 1 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-      --section Occupancy --section LaunchStats $B/hibana bench matmul --device cuda \
-      --shapes $shape --batch 1 --reps 3 >"$OUT/ncu_matmul_$shape.txt" 2>&1
-    grep -E "Throughput|Duration|Warp Cycles|Occupancy|Registers|Grid Size|Shared Memory|Waves" \
-      "$OUT/ncu_matmul_$shape.txt" | head -30
+    timeout 200 ncu --clock-control none --cache-control none -k regex:"gemv_kernel|mma_kernel" \
+      --launch-skip 6 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section InstructionStats --section ComputeWorkloadAnalysis $B/hibana bench matmul \
+      --device cuda --dtype ${DTYPE:-bf16} --shapes $shape --batch 1 --reps 3 \
+      >"$OUT/ncu_matmul_$shape.txt" 2>&1
+    grep -E "Throughput|Duration|Warp Cycles|Occupancy|Registers|Grid Size|Shared Memory|Waves|Eligible|Issued Ipc|Executed Inst" \
+      "$OUT/ncu_matmul_$shape.txt" | head -40
   done
 }
 

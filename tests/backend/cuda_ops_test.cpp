@@ -202,24 +202,36 @@ TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
 
 // The decode kernel (up to 8 rows) splits the activations once per CTA into shared memory
 // where a split's rows fit (here: up to 6 rows of 640 k) and per warp in registers where they
-// do not (7 and 8 rows): both must give the bits of the larger batch's kernel.
-TEST_F(CudaOps, DecodeMatmulGivesTheSameBitsWithSharedAndPerWarpActivations) {
-  const int64_t N = 200, K = 1280, M = 40;  // two splits of 640
+// do not (7 and 8 rows); up to 2 rows it packs their terms into one mma's columns. Every way
+// must give the bits of the larger batch's kernel.
+void expect_decode_rows_match_batch(CudaOps& t, int64_t N, int64_t K,
+                                    std::initializer_list<int64_t> rows) {
+  const int64_t M = 40;
   auto x = randn(M * K, 5);
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
-    TestWeight w = make_weight(*this, dtype, N, K, 3);
-    Tensor xd = upload(x.data(), DType::f32, {M, K});
-    Tensor full = device_f32(M, N);
-    gpu->matmul(xd, w.dev, full);
-    std::vector<float> all = download(full);
-    for (int64_t m : {1, 6, 7, 8}) {
-      Tensor part = device_f32(m, N);
-      gpu->matmul(xd.slice_rows(0, m), w.dev, part);
-      EXPECT_EQ(std::memcmp(download(part).data(), all.data(), m * N * sizeof(float)), 0)
+    TestWeight w = make_weight(t, dtype, N, K, 3);
+    Tensor xd = t.upload(x.data(), DType::f32, {M, K});
+    Tensor full = t.device_f32(M, N);
+    t.gpu->matmul(xd, w.dev, full);
+    std::vector<float> all = t.download(full);
+    for (int64_t m : rows) {
+      Tensor part = t.device_f32(m, N);
+      t.gpu->matmul(xd.slice_rows(0, m), w.dev, part);
+      EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * N * sizeof(float)), 0)
           << "the first " << m << " rows differ from the same rows in a batch of " << M;
     }
   }
+}
+
+TEST_F(CudaOps, DecodeMatmulGivesTheSameBitsWithSharedAndPerWarpActivations) {
+  expect_decode_rows_match_batch(*this, 200, 1280, {1, 2, 3, 6, 7, 8});  // two splits of 640
+}
+
+// More than 132 tiles of 128 rows leave K in one split: a row of 4608 k does not fit in shared
+// memory, so 1 and 2 rows take the packed kernel with per-warp activations.
+TEST_F(CudaOps, PackedDecodeMatmulWithPerWarpActivationsGivesTheSameBits) {
+  expect_decode_rows_match_batch(*this, 17000, 4608, {1, 2});
 }
 
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,

@@ -12,8 +12,8 @@
 // Activations: where a split's rows fit in kXSharedMax (at batch 1 they do for every matrix of
 // the 8B and 80B shapes) and the extra shared memory does not cost the grid a second wave, the
 // CTA splits them into their bf16 terms once, into shared memory, behind one barrier; each lane
-// reads its B fragments from there (six words per k16 product). Otherwise each lane loads those
-// of token g, at the k positions of its weight bytes, from global memory (they sit in L2) one
+// reads its B fragments from there (two words per term and k16 product). Otherwise each lane loads
+// those of token g, at the k positions of its weight bytes, from global memory (they sit in L2) one
 // stage ahead into registers and splits them itself — the same terms, four times over per CTA.
 // The loop's bookkeeping is 32-bit offsets from the split's start, and the block scales are
 // read from a running index instead of two divisions per chunk. On the H200 these took a
@@ -60,10 +60,11 @@ struct Gemv {
   static constexpr int kXPerStage = U * VE;             // activations of a lane per stage
   static constexpr int kSmem = kWarps * kRingPerWarp;
   static_assert(D >= 3 && kXPerStage == kStageK / 4, "ring shape");
-  // Split activations in shared memory (kXShared): per token row, 6 words (h, m, l of two
-  // pairs) per 4 k, rows padded so that the 8 lanes of an LDS.128 phase hit distinct banks.
-  static __host__ __device__ constexpr int x_pitch_bytes(int64_t split_len) {
-    const int64_t bytes = (split_len + KC - 1) / KC * KC / 4 * 24;
+  // Split activations in shared memory (kXShared): per token row three planes, the h, m and
+  // l terms, each two words (bf16x2 of elements 01 and 23) per 4 k; planes padded so that the 8
+  // lanes of an LDS.128 phase hit distinct banks (lanes 4 apart read planes 1 or 3 apart).
+  static __host__ __device__ constexpr int plane_pitch_bytes(int64_t split_len) {
+    const int64_t bytes = (split_len + KC - 1) / KC * KC / 4 * 8;
     const int64_t target = esize == 1 ? 16 : 64;
     return static_cast<int>(bytes + (target - bytes % 128 + 128) % 128);
   }
@@ -73,20 +74,16 @@ struct Gemv {
 constexpr int kXSharedMax = 26 << 10;
 
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
-// them in split order.
-template <bool kGrouped>
-__device__ __forceinline__ void finish(const Params& p, const MatPtr& mat, const float (&acc)[4],
-                                       const float (&ch)[4], const float (&cm)[4],
-                                       const float (&cl)[4], const int32_t* rows, int64_t rows_here,
-                                       int64_t m0, int m_tiles_y, int m_tile, int my_split,
-                                       int64_t rA, int64_t rB, bool okA, bool okB, int t) {
-  float total[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) total[i] = mat.scale != nullptr ? acc[i] : ch[i] + (cm[i] + cl[i]);
-
-  // Lane outputs: total[0], total[1] are row rA for tokens 2t, 2t+1; total[2], total[3] row rB.
+// them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
+// tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
+template <bool kGrouped, bool kPacked>
+__device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
+                                       const int32_t* rows, int64_t rows_here, int64_t m0,
+                                       int m_tiles_y, int m_tile, int my_split, int64_t rA,
+                                       int64_t rB, bool okA, bool okB, int t) {
   auto out_row = [&](int i) -> int64_t {
-    const int64_t m = m0 + 2 * t + (i & 1);
+    if (kPacked && ((t & 1) || (i & 1))) return -1;
+    const int64_t m = m0 + (kPacked ? t / 2 : 2 * t + (i & 1));
     if (m >= rows_here || !(i < 2 ? okA : okB)) return -1;
     return kGrouped ? rows[m] : m;
   };
@@ -122,10 +119,17 @@ __device__ __forceinline__ void finish(const Params& p, const MatPtr& mat, const
 // kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
 // once, before the loop (each warp would otherwise split the same activations again); used
 // where that fits in kXSharedMax. Both ways give the same B fragments.
-template <Elt E, bool kGrouped, bool kXShared>
+//
+// kPacked (up to 2 rows): the mma's 8 columns are (token, term) pairs instead of tokens —
+// column 4r + s is term s of token r (s = 3 a zero column) — so one mma per k16 does the work
+// of three, and a lane loads one term of one token instead of three. A column's sums do not
+// depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
+// takes l from the next lane.
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E>;
-  constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D;
+  constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
+  constexpr int kTerms = kPacked ? 1 : 3;  // terms (planes) a lane loads
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
@@ -191,8 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     return kGrouped ? rows[m0 + r] / p.x_div : m0 + r;
   };
   constexpr int kGroupsPerChunk = KC / 4;
-  const uint32_t* xs = reinterpret_cast<const uint32_t*>(smem + S::kSmem);
-  const int x_pitch = S::x_pitch_bytes(p.split_len) / 4;  // words
+  const int pitch = S::plane_pitch_bytes(p.split_len) / 4;  // words
   if constexpr (kXShared) {
     // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
     // it splits them: the activations come from L2, one round trip per batch.
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
       for (int b = 0; b < kBatch; ++b) {
         const int i = first + b * kWarps * 32 + static_cast<int>(threadIdx.x);
         const int r = i / groups, q = i - r * groups;
-        at[b] = i < items ? r * x_pitch + 6 * q : -1;
+        at[b] = i < items ? 3 * r * pitch + 2 * q : -1;
         const int64_t xr = i < items ? x_row_of(r) : -1;
         f[b] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (xr >= 0 && 4 * q < span) {
@@ -222,18 +225,23 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         const Split3 b01 = split3(f[b].x, f[b].y), b23 = split3(f[b].z, f[b].w);
         uint32_t* dst = xw + at[b];
         *reinterpret_cast<uint2*>(dst) = make_uint2(b01.h, b23.h);
-        *reinterpret_cast<uint2*>(dst + 2) = make_uint2(b01.m, b23.m);
-        *reinterpret_cast<uint2*>(dst + 4) = make_uint2(b01.l, b23.l);
+        *reinterpret_cast<uint2*>(dst + pitch) = make_uint2(b01.m, b23.m);
+        *reinterpret_cast<uint2*>(dst + 2 * pitch) = make_uint2(b01.l, b23.l);
       }
     }
     __syncthreads();
   }
-  // This lane's token: g (zeros for lanes past the rows).
-  const int64_t xrow = kXShared ? -1 : x_row_of(g);
+  // This lane's B column: token x_tok, all three terms (unpacked) or term x_term (packed).
+  const int x_tok = kPacked ? g / 4 : g, x_term = kPacked ? g % 4 : 0;
+  const bool column_used = !kPacked || x_term < 3;
+  const int64_t xrow = kXShared || !column_used ? -1 : x_row_of(x_tok);
   // (x_rows bounds the rows of every group: run_gemv's max_rows contract.)
   assert(!kXShared || rows_here - m0 <= x_rows);
-  const bool has_x = g < x_rows;
-  const uint4* xs_lane = reinterpret_cast<const uint4*>(xs + g * x_pitch + t * (VE / 4) * 6);
+  assert(!kPacked || rows_here - m0 <= 2);
+  const bool has_x = column_used && x_tok < x_rows;
+  const uint4* xs_lane =
+      reinterpret_cast<const uint4*>(reinterpret_cast<const uint32_t*>(smem + S::kSmem) +
+                                     (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
   const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
   auto load_x = [&](int k0, float(&v)[S::kXPerStage]) {
 #pragma unroll
@@ -273,11 +281,22 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     block_end = static_cast<int>((k_first / p.block_cols + 1) * p.block_cols - k_first);
   }
 
-  // Three independent mma chains (the h, m and l terms of x), folded as h + (m + l) where a
-  // scale block or the split ends.
+  // Unpacked: three independent mma chains (the h, m and l terms of x); packed, one chain with
+  // the terms in its columns. Folded as h + (m + l) where a scale block or the split ends.
   float acc[4], ch[4], cm[4], cl[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc[i] = ch[i] = cm[i] = cl[i] = 0.0f;
+  auto fold = [&](float(&sum)[4]) {
+    if constexpr (kPacked) {
+      const float l0 = __shfl_down_sync(~0u, ch[0], 1), l2 = __shfl_down_sync(~0u, ch[2], 1);
+      sum[0] = ch[0] + (ch[1] + l0);
+      sum[2] = ch[2] + (ch[3] + l2);
+      sum[1] = sum[3] = 0.0f;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum[i] = ch[i] + (cm[i] + cl[i]);
+    }
+  };
   float xnext[S::kXPerStage];
   if constexpr (!kXShared) load_x(0, xnext);
   const uint4* ring_slot = ring;
@@ -301,38 +320,49 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     for (int u = 0; u < U; ++u) {
       const int ck = k0 + u * KC;
       if (ck >= span) break;  // the same for the whole warp
-      // B fragments: positions (2t, 2t+1) take x elements 4j, 4j+1 of the lane's group,
-      // (2t+8, 2t+9) elements 4j+2, 4j+3 — the same permutation as the weights'. Per j the
-      // h, m and l terms of both pairs.
-      uint32_t bx[S::MMAS * 6];
+      // B fragments, per term: positions (2t, 2t+1) of product j take x elements 4j, 4j+1 of
+      // the lane's group, (2t+8, 2t+9) elements 4j+2, 4j+3 — the weights' permutation.
+      uint32_t bx[kTerms][2 * MMAS];
       if constexpr (kXShared) {
-        const uint4* src = xs_lane + ck / 4 * 6 / 4;
+        const uint4* src = xs_lane + ck / 8;  // 2 words per 4 k
 #pragma unroll
-        for (int i = 0; i < S::MMAS * 6 / 4; ++i) {
-          const uint4 v = has_x ? src[i] : make_uint4(0, 0, 0, 0);
-          bx[4 * i] = v.x;
-          bx[4 * i + 1] = v.y;
-          bx[4 * i + 2] = v.z;
-          bx[4 * i + 3] = v.w;
+        for (int s = 0; s < kTerms; ++s) {
+#pragma unroll
+          for (int i = 0; i < MMAS / 2; ++i) {
+            const uint4 v = has_x ? src[s * pitch / 4 + i] : make_uint4(0, 0, 0, 0);
+            bx[s][4 * i] = v.x;
+            bx[s][4 * i + 1] = v.y;
+            bx[s][4 * i + 2] = v.z;
+            bx[s][4 * i + 3] = v.w;
+          }
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < S::MMAS; ++j) {
+        for (int j = 0; j < MMAS; ++j) {
           const float* x4 = xv + u * VE + 4 * j;
           const Split3 b01 = split3(x4[0], x4[1]), b23 = split3(x4[2], x4[3]);
-          const uint32_t terms[6] = {b01.h, b23.h, b01.m, b23.m, b01.l, b23.l};
+          if constexpr (kPacked) {
+            bx[0][2 * j] = x_term == 0 ? b01.h : x_term == 1 ? b01.m : b01.l;
+            bx[0][2 * j + 1] = x_term == 0 ? b23.h : x_term == 1 ? b23.m : b23.l;
+          } else {
+            const uint32_t terms[3][2] = {{b01.h, b23.h}, {b01.m, b23.m}, {b01.l, b23.l}};
 #pragma unroll
-          for (int i = 0; i < 6; ++i) bx[6 * j + i] = terms[i];
+            for (int s = 0; s < kTerms; ++s) {
+              bx[s][2 * j] = terms[s][0];
+              bx[s][2 * j + 1] = terms[s][1];
+            }
+          }
         }
       }
 #pragma unroll
-      for (int j = 0; j < S::MMAS; ++j) {
+      for (int j = 0; j < MMAS; ++j) {
         uint32_t a[4];
         a_fragment<E>(wa[u], wb[u], j, a);
-        const uint32_t* b = bx + 6 * j;
-        mma(ch, a[0], a[1], a[2], a[3], b[0], b[1]);
-        mma(cm, a[0], a[1], a[2], a[3], b[2], b[3]);
-        mma(cl, a[0], a[1], a[2], a[3], b[4], b[5]);
+        mma(ch, a[0], a[1], a[2], a[3], bx[0][2 * j], bx[0][2 * j + 1]);
+        if constexpr (!kPacked) {
+          mma(cm, a[0], a[1], a[2], a[3], bx[1][2 * j], bx[1][2 * j + 1]);
+          mma(cl, a[0], a[1], a[2], a[3], bx[2][2 * j], bx[2][2 * j + 1]);
+        }
       }
       const int cend = ck + KC;
       if (scaled && (cend == block_end || cend >= span)) {
@@ -341,9 +371,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         ++sA;
         ++sB;
         block_end += block_len;
+        float sum[4];
+        fold(sum);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          acc[i] = fmaf(ch[i] + (cm[i] + cl[i]), i < 2 ? sa : sb, acc[i]);
+          acc[i] = fmaf(sum[i], i < 2 ? sa : sb, acc[i]);
           ch[i] = cm[i] = cl[i] = 0.0f;
         }
       }
@@ -354,8 +386,15 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   pdl_trigger();  // every load of this CTA is done: the next kernel may start launching
 
-  finish<kGrouped>(p, mat, acc, ch, cm, cl, rows, rows_here, m0, m_tiles_y, m_tile, my_split, rA,
-                   rB, okA, okB, t);
+  float total[4];
+  if (scaled) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) total[i] = acc[i];
+  } else {
+    fold(total);
+  }
+  finish<kGrouped, kPacked>(p, total, rows, rows_here, m0, m_tiles_y, m_tile, my_split, rA, rB, okA,
+                            okB, t);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -370,10 +409,22 @@ int ctas_per_sm(size_t smem) {
   return std::min<int>(4, static_cast<int>(sm.first / (smem + sm.second)));
 }
 
-template <Elt E, bool kGrouped>
+// Sets the dynamic shared memory limit of a kernel variant once.
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked>
+void configure() {
+  static const bool done = [] {
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Gemv<E>::kSmem + (kXShared ? kXSharedMax : 0)));
+    return true;
+  }();
+  (void)done;
+}
+
+template <Elt E, bool kGrouped, bool kPacked>
 void launch(const Params& p, int groups, int x_rows) {
   using S = Gemv<E>;
-  const size_t x_bytes = static_cast<size_t>(x_rows) * S::x_pitch_bytes(p.split_len);
+  const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
   // Shared activations where they fit, unless their shared memory would leave fewer CTAs per
   // SM than the grid needs to run in one wave while the per-warp kernel would not.
   const int64_t ctas = (p.N + kRowsPerCta - 1) / kRowsPerCta * p.splits * groups;
@@ -381,21 +432,22 @@ void launch(const Params& p, int groups, int x_rows) {
   const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
   const bool shared_x =
       x_bytes <= static_cast<size_t>(kXSharedMax) && !(ctas > wave_shared && ctas <= wave_plain);
-  auto kernel = shared_x ? gemv_kernel<E, kGrouped, true> : gemv_kernel<E, kGrouped, false>;
-  static const bool configured = [] {  // once per instantiation
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, true>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     S::kSmem + kXSharedMax));
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, false>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-    return true;
-  }();
-  (void)configured;
+  configure<E, kGrouped, true, kPacked>();
+  configure<E, kGrouped, false, kPacked>();
+  auto kernel =
+      shared_x ? gemv_kernel<E, kGrouped, true, kPacked> : gemv_kernel<E, kGrouped, false, kPacked>;
   const size_t smem = S::kSmem + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
   launch_pdl(kernel, grid, dim3(kWarps * 32), smem, p, x_rows);
   launched("gemv_kernel");
+}
+
+// Up to 2 rows per group take the packed variant.
+template <Elt E, bool kGrouped>
+void launch_rows(const Params& p, int groups, int x_rows) {
+  if (x_rows <= 2) return launch<E, kGrouped, true>(p, groups, x_rows);
+  launch<E, kGrouped, false>(p, groups, x_rows);
 }
 
 }  // namespace
@@ -405,11 +457,11 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
   if (elt == Elt::bf16) {
-    grouped ? launch<Elt::bf16, true>(p, groups, x_rows)
-            : launch<Elt::bf16, false>(p, groups, x_rows);
+    grouped ? launch_rows<Elt::bf16, true>(p, groups, x_rows)
+            : launch_rows<Elt::bf16, false>(p, groups, x_rows);
   } else {
-    grouped ? launch<Elt::fp8, true>(p, groups, x_rows)
-            : launch<Elt::fp8, false>(p, groups, x_rows);
+    grouped ? launch_rows<Elt::fp8, true>(p, groups, x_rows)
+            : launch_rows<Elt::fp8, false>(p, groups, x_rows);
   }
 }
 

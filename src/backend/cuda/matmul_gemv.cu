@@ -309,13 +309,13 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
       wa[u] = ring_slot[2 * u * 32];
       wb[u] = ring_slot[(2 * u + 1) * 32];
     }
+    issue();  // refills the slot read in the previous stage, whose values are used
     float xv[S::kXPerStage];
     if constexpr (!kXShared) {
 #pragma unroll
       for (int i = 0; i < S::kXPerStage; ++i) xv[i] = xnext[i];
       load_x(k0 + kStageK, xnext);
     }
-    // The slot read above is refilled only after its values are in registers and used.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int ck = k0 + u * KC;
@@ -380,7 +380,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         }
       }
     }
-    issue();
     slot = slot + 1 == D ? 0 : slot + 1;
     ring_slot = ring + slot * (S::kStageBytes / 16);
   }

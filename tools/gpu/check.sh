@@ -4,7 +4,8 @@
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
 # step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
-# decode matmul's weight reads alone, two layouts).
+# decode matmul's weight reads alone, two layouts), alone (tools/gpu/gemv_alone.cu: the decode
+# matmul outside hibana beside the weight stream, VARIANTS of it).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -123,6 +124,12 @@ stage_stream() {
     timeout 120 $B/weight_stream 2>&1 | tee "$OUT/weight_stream.log"
 }
 
+# The decode matmul alone beside the bare weight stream, over edited copies of the kernel
+# (tools/gpu/gemv_variants.sh; VARIANTS picks them).
+stage_alone() {
+  tools/gpu/gemv_variants.sh ${VARIANTS:-base bare stripped} 2>&1 | tee "$OUT/gemv_alone.log"
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -156,6 +163,7 @@ for s in "$@"; do
     matmul) stage_matmul ;;
     floor) stage_floor ;;
     stream) stage_stream ;;
+    alone) stage_alone ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: builds tools/gpu/gemv_alone.cu over edited copies of the decode
+# matmul (matmul_gemv.cu, common.cuh) and runs each, to find which part of the kernel holds it
+# below the bare weight stream printed beside it. The edits break its results (timing only).
+# Usage: tools/gpu/gemv_variants.sh base bare nofill ...   (variants below; builds in parallel)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+W=${WORK:-/tmp/gemv_variants}
+MMA='s/mma\(ch, a\[0\], a\[1\], a\[2\], a\[3\], bx\[0\]\[2 \* j\], bx\[0\]\[2 \* j \+ 1\]\);/ch[0] += __uint_as_float((a[0] ^ a[1] ^ a[2] ^ a[3]) & 0x3f800000u);/;'
+NOX='s/const bool has_x = column_used && x_tok < x_rows;/const bool has_x = false;/;'
+NOFILL='s/const bool shared_x =\n/const bool shared_x = false &&\n/; s/const int64_t xrow = kXShared \|\| !column_used \? -1 : x_row_of\(x_tok\);/const int64_t xrow = -1;/;'
+NOSCALE='s/if \(scaled && \(cend == block_end \|\| cend >= span\)\)/if (false)/;'
+NOBREAK='s/if \(ck >= span\) break;//;'
+SIMPLE='s/\(in \? k_issue \+ u \* KC : 0\)/(k_issue + u * KC)/; s/in && okA\)/true)/; s/in && okB\)/true)/;'
+NOZFILL='s/"cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;\\n" ::"r"\(smem\), "l"\(gmem\),\n\s*"r"\(valid \? 16 : 0\)\);/"cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\\n" ::"r"(smem), "l"(gmem));/;'
+NOHINT='s/cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;/cp.async.cg.shared.global [%0], [%1], 16, %2;/g;'
+
+edits() {  # variant -> "kernel-edits@@common-edits"
+  case $1 in
+    base) echo "@@" ;;
+    bare) echo "$MMA $NOX@@" ;;          # no products, no activation loads
+    nofill) echo "$MMA $NOFILL@@" ;;     # nor the activations' shared-memory fill
+    noscale) echo "$NOSCALE@@" ;;        # no scale-block test per chunk
+    nobreak) echo "$NOBREAK@@" ;;        # no end-of-split test per chunk
+    simple) echo "$SIMPLE@@" ;;          # copies without bounds selects
+    stripped) echo "$MMA $NOX $NOSCALE $NOBREAK $SIMPLE@@$NOZFILL" ;;
+    nozfill) echo "@@$NOZFILL" ;;        # cp.async without the zero-fill operand
+    nohint) echo "@@$NOHINT" ;;          # without the L2 256-byte prefetch hint
+    *) return 1 ;;
+  esac
+}
+
+build() {
+  local d=$W/$1 e
+  e=$(edits "$1") || { echo "$1: unknown variant"; return 1; }
+  mkdir -p "$d/src/backend/cuda"
+  cp src/backend/cuda/matmul_gemv.cu src/backend/cuda/common.cuh "$d/src/backend/cuda/"
+  [ -n "${e%%@@*}" ] && perl -0pi -e "${e%%@@*}" "$d/src/backend/cuda/matmul_gemv.cu"
+  [ -n "${e#*@@}" ] && perl -0pi -e "${e#*@@}" "$d/src/backend/cuda/common.cuh"
+  $NVCC -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$d/src" -Isrc -DNDEBUG \
+    -o "$d/gemv_alone" tools/gpu/gemv_alone.cu >"$d/build.log" 2>&1 ||
+    { echo "$1: build failed"; head "$d/build.log"; }
+}
+
+for v in "$@"; do build "$v" & done
+wait
+for v in "$@"; do
+  [ -x "$W/$v/gemv_alone" ] || continue
+  echo "== $v"
+  "$W/$v/gemv_alone"
+done

@@ -14,6 +14,8 @@ NOSCALE='s/if \(scaled && \(cend == block_end \|\| cend >= span\)\)/if (false)/;
 NOBREAK='s/if \(ck >= span\) break;//;'
 SIMPLE='s/\(in \? k_issue \+ u \* KC : 0\)/(k_issue + u * KC)/; s/in && okA\)/true)/; s/in && okB\)/true)/;'
 NOZFILL='s/"cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;\\n" ::"r"\(smem\), "l"\(gmem\),\n\s*"r"\(valid \? 16 : 0\)\);/"cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\\n" ::"r"(smem), "l"(gmem));/;'
+LB='s/__launch_bounds__\(kWarps \* 32, 4\)/__launch_bounds__(kWarps * 32)/;'
+NOFINISH='s/  finish<kGrouped, kPacked>\(/  if (total[0] == 12345.0f) finish<kGrouped, kPacked>(/;'
 NOHINT='s/cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;/cp.async.cg.shared.global [%0], [%1], 16, %2;/g;'
 
 edits() {  # variant -> "kernel-edits@@common-edits"
@@ -27,6 +29,8 @@ edits() {  # variant -> "kernel-edits@@common-edits"
     stripped) echo "$MMA $NOX $NOSCALE $NOBREAK $SIMPLE@@$NOZFILL" ;;
     nozfill) echo "@@$NOZFILL" ;;        # cp.async without the zero-fill operand
     nohint) echo "@@$NOHINT" ;;          # without the L2 256-byte prefetch hint
+    lb) echo "$LB@@" ;;                 # launch bounds without the 4-CTA minimum
+    nofinish) echo "$NOFINISH@@" ;;     # no output stores (gemv_alone runs one split)
     *) return 1 ;;
   esac
 }

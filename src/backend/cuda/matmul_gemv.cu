@@ -11,10 +11,11 @@
 //
 // Activations: where a split's rows fit in kXSharedMax (at batch 1 they do for every matrix of
 // the 8B and 80B shapes) and the extra shared memory does not cost the grid a second wave, the
-// CTA splits them into their bf16 terms once, into shared memory, behind one barrier; each lane
-// reads its B fragments from there (two words per term and k16 product). Otherwise each lane loads
-// those of token g, at the k positions of its weight bytes, from global memory (they sit in L2) one
-// stage ahead into registers and splits them itself — the same terms, four times over per CTA.
+// CTA splits them into their bf16 terms once, into shared memory, behind one barrier; each
+// lane reads its B fragments from there (two words per term and k16 product). Otherwise each
+// lane loads those of its token, at the k positions of its weight bytes, from global memory
+// (they sit in L2) one stage ahead into registers and splits them itself — the same terms,
+// four times over per CTA. Up to 2 rows, one mma carries all three terms (kPacked, below).
 // The loop's bookkeeping is 32-bit offsets from the split's start, and the block scales are
 // read from a running index instead of two divisions per chunk. On the H200 these took a
 // 12288x2048 fp8 product at batch 1 from 30.1 to 23.2 us, and the shared activations to
@@ -29,7 +30,10 @@
 // fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split
 // reduction, not the barrier. A variant copying 256 contiguous bytes per row and stage (row-
 // contiguous DRAM access, 3 CTAs per SM) was slower: 46% of copy bandwidth on 24576x4096
-// against 62%.
+// against 62%. What it still costs beyond its bytes is not its arithmetic: a bare read with the
+// same grid and ring (tools/gpu/weight_stream.cuh) streams 24576x4096 bf16 in 48 us, this
+// kernel in 72 us, with or without its mma products and activations (tools/gpu/gemv_alone.cu;
+// docs/benchmarks.md, ninth slice).
 #include <algorithm>
 #include <cassert>
 #include <utility>

@@ -25,7 +25,10 @@ bool pdl_enabled() {
   return std::getenv("PDL") != nullptr;
 }
 int num_sms() {
-  return 132;
+  int dev = 0, n = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
 }
 Scratch::Scratch(size_t) {}
 Scratch::~Scratch() {}
@@ -77,7 +80,7 @@ int main() {
       if (rows != 1) continue;
       flip = 0;
       const float us2 = graph_us(g_s, 20, [&] {
-        wstream::stream_kernel<false><<<p.N / 64, 128, wstream::kRingBytes, g_s>>>(
+        wstream::stream_kernel<false><<<p.N / 64, wstream::kWarps * 32, wstream::kRingBytes, g_s>>>(
             static_cast<const uint8_t*>((flip++ & 1) ? w1 : w0), p.K * 2,
             static_cast<unsigned*>(out));
       });

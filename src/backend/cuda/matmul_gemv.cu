@@ -345,16 +345,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         for (int j = 0; j < MMAS; ++j) {
           const float* x4 = xv + u * VE + 4 * j;
           const Split3 b01 = split3(x4[0], x4[1]), b23 = split3(x4[2], x4[3]);
-          if constexpr (kPacked) {
-            bx[0][2 * j] = x_term == 0 ? b01.h : x_term == 1 ? b01.m : b01.l;
-            bx[0][2 * j + 1] = x_term == 0 ? b23.h : x_term == 1 ? b23.m : b23.l;
-          } else {
-            const uint32_t terms[3][2] = {{b01.h, b23.h}, {b01.m, b23.m}, {b01.l, b23.l}};
 #pragma unroll
-            for (int s = 0; s < kTerms; ++s) {
-              bx[s][2 * j] = terms[s][0];
-              bx[s][2 * j + 1] = terms[s][1];
-            }
+          for (int s = 0; s < kTerms; ++s) {
+            bx[s][2 * j] = b01.term(kPacked ? x_term : s);
+            bx[s][2 * j + 1] = b23.term(kPacked ? x_term : s);
           }
         }
       }

@@ -35,6 +35,8 @@ __device__ __forceinline__ float high_of(uint32_t v) {
 // Two f32 values as three bf16x2 terms, x = h + m + l (the subtractions are exact).
 struct Split3 {
   uint32_t h, m, l;
+  // Term s: 0 h, 1 m, 2 l.
+  __device__ __forceinline__ uint32_t term(int s) const { return s == 0 ? h : s == 1 ? m : l; }
 };
 __device__ __forceinline__ Split3 split3(float x0, float x1) {
   Split3 s;

@@ -27,6 +27,7 @@ edits() {  # variant -> "kernel-edits@@common-edits"
     nobreak) echo "$NOBREAK@@" ;;        # no end-of-split test per chunk
     simple) echo "$SIMPLE@@" ;;          # copies without bounds selects
     stripped) echo "$MMA $NOX $NOSCALE $NOBREAK $SIMPLE@@$NOZFILL" ;;
+    stripnf) echo "$MMA $NOX $NOFILL $NOSCALE $NOBREAK $SIMPLE@@$NOZFILL" ;;  # nor the fill
     nozfill) echo "@@$NOZFILL" ;;        # cp.async without the zero-fill operand
     nohint) echo "@@$NOHINT" ;;          # without the L2 256-byte prefetch hint
     lb) echo "$LB@@" ;;                 # launch bounds without the 4-CTA minimum

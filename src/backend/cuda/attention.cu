@@ -54,7 +54,8 @@ __global__ void attention_split_kernel(AttnParams p) {
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
   // consecutive keys hit distinct banks. S tiles of K and V are in flight (cp.async): the next
   // ones load while this one is used.
-  extern __shared__ float sm[];
+  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  extern __shared__ __align__(128) float sm[];
   const int64_t kstride = kTile * (hd + 4), vstride = kTile * hd;
   float* ks = sm;                // [S][kTile][hd + 4]
   float* vs = ks + S * kstride;  // [S][kTile][hd]

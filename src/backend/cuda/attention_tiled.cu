@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
     cta_end = max(cta_end, min(static_cast<int64_t>(p.pos[tb + i]) + 1, begin + kSplit));
   if (cta_end <= begin) return;
 
-  extern __shared__ __align__(16) float sm[];
+  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  extern __shared__ __align__(128) float sm[];
   float* qs = sm;                                       // [R][kPitch]
   float* ks = qs + R * S::kPitch;                       // [2][kTile][kPitch]
   float* vs = ks + 2 * kTile * S::kPitch;               // [2][kTile][HD]

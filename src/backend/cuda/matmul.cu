@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   constexpr int BN = kThreads / G, BM = TM * G;
   constexpr int XP = BK + 4;  // padded pitch of an activation row, floats
   constexpr int kStages = stages_for(TM, kSerial);
-  extern __shared__ __align__(16) unsigned char smem[];
+  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ws = smem;  // [kStages][BN][kRowPitch]
   float* xs = reinterpret_cast<float*>(smem + kStages * BN * kRowPitch);  // [kStages][BM][XP]
 

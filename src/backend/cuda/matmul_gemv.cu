@@ -30,10 +30,14 @@
 // fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split
 // reduction, not the barrier. A variant copying 256 contiguous bytes per row and stage (row-
 // contiguous DRAM access, 3 CTAs per SM) was slower: 46% of copy bandwidth on 24576x4096
-// against 62%. What it still costs beyond its bytes is not its arithmetic: a bare read with the
-// same grid and ring (tools/gpu/weight_stream.cuh) streams 24576x4096 bf16 in 48 us, this
-// kernel in 72 us, with or without its mma products and activations (tools/gpu/gemv_alone.cu;
-// docs/benchmarks.md, ninth slice).
+// against 62%.
+//
+// The ring must start 128-byte aligned in shared memory (the __align__ below): the finish's
+// static `last` flag put the dynamic shared memory 16 bytes past a 128-byte line, and a
+// cp.async whose shared destination is not aligned like its global source within the 32-byte
+// sector costs two L2 sector reads instead of one (ncu: 32 sectors per warp copy instead of
+// 16). Misaligned, 24576x4096 bf16 took 72-74 us; aligned, 50.5 us, 94% of copy bandwidth
+// (tools/gpu/gemv_alone.cu; docs/benchmarks.md, tenth slice).
 #include <algorithm>
 #include <cassert>
 #include <utility>
@@ -134,7 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   using S = Gemv<E>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kTerms = kPacked ? 1 : 3;  // terms (planes) a lane loads
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
 

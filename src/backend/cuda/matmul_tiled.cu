@@ -56,7 +56,8 @@ template <Elt E, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   pdl_start();
   using T = Tile<E>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  extern __shared__ __align__(128) unsigned char smem[];
   uint32_t* split = reinterpret_cast<uint32_t*>(smem + kStages * T::kStageBytes);  // [3][tok][w]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 

@@ -26,12 +26,14 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * kv_heads * hd) return;
   const int64_t t = i / (kv_heads * hd), h = (i / hd) % kv_heads, d = i % hd;
+  // Both values loaded with the slot, before either store (kp may alias v for the compiler).
   const int64_t slot = slots[t];
+  const float kv = k[t * ldk + h * hd + d], vv = v[t * ldv + h * hd + d];
   if (slot < 0) return;  // a padding row of a captured decode batch: nothing to store
   const int64_t pg = slot / page, off = slot % page;
   const int64_t dst = ((pg * kv_heads + h) * page + off) * hd + d;
-  kp[dst] = k[t * ldk + h * hd + d];
-  vp[dst] = v[t * ldv + h * hd + d];
+  kp[dst] = kv;
+  vp[dst] = vv;
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
@@ -44,12 +46,13 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int64_t kvh = blockIdx.y;
   const int split = blockIdx.z;
   const int64_t qpos = p.pos[t];
+  const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
   const int64_t begin = static_cast<int64_t>(split) * kSplit;
   if (begin > qpos) return;
   const int64_t end = min(qpos + 1, begin + kSplit);
   const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hd = p.hd, h = kvh * group + warp;
-  const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[t]) * p.max_pages;
+  const int32_t* pages = p.table + seq * p.max_pages;
 
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
   // consecutive keys hit distinct banks. S tiles of K and V are in flight (cp.async): the next
@@ -63,15 +66,21 @@ __global__ void attention_split_kernel(AttnParams p) {
   for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   const int q4 = static_cast<int>(hd / 4);  // four values per copy (hd % 4 == 0, checked)
+  // Lane l of each warp finds where key j0 + l of the tile starts (one page lookup and one
+  // division per key, not per copy); a copy takes its key's offset from that lane. A warp's
+  // copies are all in the loop or all out of it (kTile * q4 is a multiple of 32).
+  static_assert(kTile == 32, "one key per lane");
   auto load_tile = [&](int64_t j0, int slot) {
     float* kd = ks + slot * kstride;
     float* vd = vs + slot * vstride;
+    const int64_t pl = j0 + lane;
+    const int64_t key_at =
+        pl < end ? ((pages[pl / p.page] * p.kv_heads + kvh) * p.page + pl % p.page) * hd : -1;
     for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
       const int j = idx / q4, d = (idx % q4) * 4;
-      const int64_t pj = j0 + j;
-      const bool ok = pj < end;
-      const int64_t src =
-          ok ? ((pages[pj / p.page] * p.kv_heads + kvh) * p.page + pj % p.page) * hd + d : 0;
+      const int64_t at = __shfl_sync(0xffffffffu, key_at, j);
+      const bool ok = at >= 0;
+      const int64_t src = ok ? at + d : 0;
       cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
       cp_async16(vd + j * hd + d, p.vp + src, ok);
     }
@@ -103,6 +112,7 @@ __global__ void attention_split_kernel(AttnParams p) {
       const float4* kr = reinterpret_cast<const float4*>(kt + lane * (hd + 4));
       const float4* qr = reinterpret_cast<const float4*>(qs + warp * hd);
       float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll 8
       for (int d = 0; d < q4; ++d) {
         const float4 a = qr[d], b = kr[d];
         d0 = fmaf(a.x, b.x, d0);
@@ -120,6 +130,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 #pragma unroll
     for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= alpha;
     const int nvalid = static_cast<int>((end - j0 < kTile ? end - j0 : kTile));
+#pragma unroll 4
     for (int j = 0; j < nvalid; ++j) {
       const float w = __shfl_sync(0xffffffffu, pj, j);
       const float* vr = vt + j * hd;
@@ -146,10 +157,13 @@ __global__ void attention_split_kernel(AttnParams p) {
 // One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
 // in any order), then every split's sums scaled to it and added in split order, normalised at
 // the end. Each lane owns one dimension (an output element's operations are those of any other
-// split of the dimensions among warps), so sixteen splits' loads are in flight at once.
+// split of the dimensions among warps). The splits' values are loaded kBatch at a time into
+// registers before any of them is used (the first batch before the maximum's reduction), so a
+// batch costs one round trip, not one per split.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
+  constexpr int kBatch = 16;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -159,17 +173,32 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   const int64_t d = (w % groups) * 32 + lane;
   const int n = static_cast<int>(pos[t] / kSplit) + 1;
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
+  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
+  float mv[kBatch], lv[kBatch], ov[kBatch];
+  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
+      mv[q] = ps[hd];
+      lv[q] = ps[hd + 1];
+      ov[q] = ps[dd];
+    }
+  };
+  load(0);
   float M = -INFINITY;
   for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
   M = warp_max(M);
-  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
   float o = 0.0f, L = 0.0f;
-#pragma unroll 16
-  for (int s = 0; s < n; ++s) {
-    const float* ps = base + s * (hd + 2);
-    const float b = expf(ps[hd] - M);
-    L = fmaf(ps[hd + 1], b, L);
-    o = fmaf(ps[dd], b, o);
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    if (s0 > 0) load(s0);
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      if (s0 + q < n) {
+        const float b = expf(mv[q] - M);
+        L = fmaf(lv[q], b, L);
+        o = fmaf(ov[q], b, o);
+      }
+    }
   }
   if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
 }

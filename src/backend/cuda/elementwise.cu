@@ -172,16 +172,19 @@ __global__ void __launch_bounds__(256)
 
 __global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int64_t head_dim,
                             int64_t half, float theta, int64_t rot_dim, const int32_t* pos) {
-  pdl_start();
+  // The frequency depends on nothing the previous kernel writes: computed before the wait; the
+  // position and both values are then loaded together.
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * heads * half) return;
   const int64_t t = i / (heads * half), h = (i / half) % heads, d = i % half;
   const float inv_freq =
       1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(rot_dim));
-  const float ang = static_cast<float>(pos[t]) * inv_freq;
-  const float cs = cosf(ang), sn = sinf(ang);
+  pdl_start();
   float* v = x + t * ldx + h * head_dim;
+  const int32_t at = pos[t];
   const float x1 = v[d], x2 = v[d + half];
+  const float ang = static_cast<float>(at) * inv_freq;
+  const float cs = cosf(ang), sn = sinf(ang);
   v[d] = x1 * cs - x2 * sn;
   v[d + half] = x2 * cs + x1 * sn;
 }
@@ -268,7 +271,8 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
     if (lane + 32 * i < E) at(i) /= sum;
   }
   __syncwarp();
-  float total = 0.0f;
+  float total = 0.0f, mine = 0.0f;
+  int mine_e = 0;
   // Probabilities are >= 0 and taken experts -2; a NaN probability (a token whose hidden state
   // is not finite — e.g. a padding row of a recorded decode batch) counts as -1, so every round
   // still picks a valid expert and no index is ever computed from a NaN.
@@ -294,8 +298,12 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
         best_e = oe;
       }
     }
-    best = fmaxf(best, 0.0f);
-    if (lane == 0) {
+    best = fmaxf(best, 0.0f);  // the same on every lane (the butterfly above)
+    if (lane == j) {
+      mine = best;
+      mine_e = best_e;
+    }
+    if (k > 32 && lane == 0) {
       ids[t * k + j] = best_e;
       weights[t * k + j] = best;
     }
@@ -307,7 +315,14 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
     }
     __syncwarp();
   }
-  if (renormalise && lane == 0) {
+  // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
+  // at once; more picks went out in their rounds and are divided here (load, divide, store).
+  if (k <= 32) {
+    if (lane < k) {
+      ids[t * k + lane] = mine_e;
+      weights[t * k + lane] = renormalise ? mine / total : mine;
+    }
+  } else if (renormalise && lane == 0) {
     for (int j = 0; j < k; ++j) weights[t * k + j] /= total;
   }
 }

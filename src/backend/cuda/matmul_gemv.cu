@@ -113,14 +113,20 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
   const int64_t tile =
       (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
   if (!last_to_finish(p.counters + tile, p.splits)) return;
+  // Every sum before any store (a store to out could alias a later partial for the compiler).
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t orow = out_row(i);
     if (orow < 0) continue;
     const int64_t n = i < 2 ? rA : rB;
-    float v = __ldcg(p.partial + orow * p.N + n);
-    for (int s = 1; s < p.splits; ++s) v = v + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
-    p.out[orow * p.ldo + n] = v;
+    v[i] = __ldcg(p.partial + orow * p.N + n);
+    for (int s = 1; s < p.splits; ++s) v[i] = v[i] + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t orow = out_row(i);
+    if (orow >= 0) p.out[orow * p.ldo + (i < 2 ? rA : rB)] = v[i];
   }
 }
 
@@ -137,7 +143,7 @@ template <Elt E, bool kGrouped, bool kXShared, bool kPacked>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
-  constexpr int kTerms = kPacked ? 1 : 3;  // terms (planes) a lane loads
+  constexpr int kTerms = kPacked ? 1 : 3;                 // terms (planes) a lane loads
   extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;

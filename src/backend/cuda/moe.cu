@@ -145,9 +145,25 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, const i
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * H) return;
   const int64_t t = i / H, c = i % H;
+  // kBatch pairs' ids, weights and outputs loaded before any is used (one round trip per
+  // batch, not one per pair); y has a row for every pair, used or not, so the loads are in
+  // bounds. The additions are in top-k order, as before.
+  constexpr int kBatch = 8;
   float acc = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    if (ids[t * k + j] >= 0) acc = fmaf(weights[t * k + j], y[(t * k + j) * H + c], acc);
+  for (int j0 = 0; j0 < k; j0 += kBatch) {
+    int32_t id[kBatch];
+    float wv[kBatch], yv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t j = t * k + min(j0 + q, k - 1);
+      id[q] = j0 + q < k ? ids[j] : -1;
+      wv[q] = weights[j];
+      yv[q] = y[j * H + c];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      if (id[q] >= 0) acc = fmaf(wv[q], yv[q], acc);
+    }
   }
   out[t * ldo + c] = acc;
 }
@@ -196,8 +212,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor gt(gate_up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
-  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div,
-                     float* dst, int64_t ldo) {
+  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
+                     int64_t ldo) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -223,8 +239,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
-             weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H,
-             out.ptr<float>(), ld(out));
+             weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),
+             ld(out));
   launched("moe_combine_kernel");
 }
 

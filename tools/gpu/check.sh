@@ -5,7 +5,8 @@
 # step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
-# matmul outside hibana beside the weight stream, VARIANTS of it).
+# matmul outside hibana beside the weight stream, VARIANTS of it), kernel (Nsight Compute's
+# full sections for one kernel of the decode step: KERNEL, SKIP).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -130,6 +131,23 @@ stage_alone() {
   tools/gpu/gemv_variants.sh ${VARIANTS:-base bare stripped} 2>&1 | tee "$OUT/gemv_alone.log"
 }
 
+# Nsight Compute's full sections for one kernel of a decode step at batch 1, 4k context:
+# KERNEL (a regex; attention_split_kernel unless set) of the 8B (PROFILE="CONFIG DTYPE" for
+# another), the SKIP-th launch on (past the first, unrecorded step), caches kept; the report,
+# its details and its per-instruction source page (stall samples) under $OUT.
+stage_kernel() {
+  set -- ${PROFILE:-qwen3-8b bf16}
+  timeout 300 ncu --clock-control none --cache-control none -k regex:"${KERNEL:-attention_split_kernel}" \
+    --launch-skip ${SKIP:-40} --launch-count 1 --set full -o "$OUT/kernel" $B/hibana bench decode \
+    --device cuda --load-format dummy --config bench/configs/$1.json --dtype $2 --batch 1 \
+    --context 4096 --steps 4 >"$OUT/kernel.log" 2>&1
+  ncu --import "$OUT/kernel.ncu-rep" --page details >"$OUT/kernel_details.txt" 2>&1
+  ncu --import "$OUT/kernel.ncu-rep" --page source --print-source sass --csv \
+    >"$OUT/kernel_source.csv" 2>&1
+  grep -E "Duration|DRAM Throughput|L2 Hit|Warp Cycles|Occupancy|Registers|Eligible|Bank|Block Limit" \
+    "$OUT/kernel_details.txt" | head -40
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -164,6 +182,7 @@ for s in "$@"; do
     floor) stage_floor ;;
     stream) stage_stream ;;
     alone) stage_alone ;;
+    kernel) stage_kernel ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -57,13 +57,12 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
     q = columns(q_proj, 0, nh * hd);
     gate = columns(q_proj, nh * hd, nh * hd);
   }
-  be.rmsnorm(q, w.q_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, q);
-  be.rmsnorm(k, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, k);
-  be.rope(q, nh, hd, c.rotary_dim, c.rope_theta, layout);
-  be.rope(k, nkv, hd, c.rotary_dim, c.rope_theta, layout);
   const Tensor& kp = state.k_pages.at(state_index);
   const Tensor& vp = state.v_pages.at(state_index);
-  be.store_kv(k, v, kp, vp, layout);
+  be.attention_prep(q, k, v, w.q_norm, w.k_norm,
+                    {nh, nkv, hd, c.rotary_dim, c.rope_theta, static_cast<float>(c.rms_norm_eps),
+                     c.zero_centred_norm},
+                    kp, vp, layout);
   OwnedTensor att = scratch(be, T, nh * hd);
   be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
                att.tensor);
@@ -72,8 +71,7 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
 }
 
 void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const Tensor& xn,
-              const BatchLayout& layout, const StateViews& state, int64_t state_index,
-              Tensor out) {
+              const BatchLayout& layout, const StateViews& state, int64_t state_index, Tensor out) {
   const int64_t T = xn.shape[0], nv = c.linear_value_heads, dv = c.linear_value_dim;
   const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
   // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads]. Both are used
@@ -103,8 +101,8 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
               conv_out.tensor);
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
-  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log,
-                    w.dt_bias, shape, state.ssm.at(state_index), layout, core.tensor);
+  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log, w.dt_bias,
+                    shape, state.ssm.at(state_index), layout, core.tensor);
   be.gated_rmsnorm(core.tensor, columns(qkvz, conv_dim, value_dim), w.norm,
                    static_cast<float>(c.rms_norm_eps), core.tensor);
   be.matmul(core.tensor, w.out, out);
@@ -134,7 +132,8 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E);
   be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
   const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;
-  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
+  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()),
+              weights = scratch(be, T, k);
   be.moe_route(logits, k, c.norm_topk_prob, ids.tensor, weights.tensor);
   const int64_t held = static_cast<int64_t>(w.experts.gate.size());
   if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here

@@ -36,6 +36,47 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   vp[dst] = vv;
 }
 
+// Dimensions [d0, d0 + 32) of one (token, head), lane d0 + lane, from its n splits at base
+// ([split][hd + 2]: acc..., max, sum): the largest of the splits' maxima first (exact in any
+// order), then every split's sums scaled to it and added in split order, normalised at the end.
+// An output element's operations do not depend on how the dimensions are shared among warps.
+// The splits' values are loaded kBatch at a time into registers before any is used (the first
+// batch before the maximum's reduction), so a batch costs one round trip, not one per split;
+// through L2 (__ldcg: other CTAs wrote them).
+__device__ __forceinline__ void merge_splits(const float* base, int n, int64_t hd, int64_t d0,
+                                             int lane, float* out_row) {
+  constexpr int kBatch = 16;
+  const int64_t d = d0 + lane;
+  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
+  float mv[kBatch], lv[kBatch], ov[kBatch];
+  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
+      mv[q] = __ldcg(ps + hd);
+      lv[q] = __ldcg(ps + hd + 1);
+      ov[q] = __ldcg(ps + dd);
+    }
+  };
+  load(0);
+  float M = -INFINITY;
+  for (int s = lane; s < n; s += 32) M = fmaxf(M, __ldcg(base + s * (hd + 2) + hd));
+  M = warp_max(M);
+  float o = 0.0f, L = 0.0f;
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    if (s0 > 0) load(s0);
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      if (s0 + q < n) {
+        const float b = expf(mv[q] - M);
+        L = fmaf(lv[q], b, L);
+        o = fmaf(ov[q], b, o);
+      }
+    }
+  }
+  if (d < hd) out_row[d] = o * (1.0f / L);
+}
+
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
 // split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
 // repeats this arithmetic exactly for blocks of tokens.
@@ -152,55 +193,31 @@ __global__ void attention_split_kernel(AttnParams p) {
     out[hd] = m_run;
     out[hd + 1] = l_run;
   }
+  if (p.counters == nullptr) return;
+  // The last of the token's splits to finish (for this KV head) merges the group's heads, warp
+  // w its head, 32 dimensions at a time: no merge kernel.
+  const int n = static_cast<int>(qpos / kSplit) + 1;
+  if (!last_to_finish(p.counters + (t - p.t_begin) * p.kv_heads + kvh, n)) return;
+  const float* base = p.partial + ((t - p.t_begin) * p.heads + h) * p.max_splits * (hd + 2);
+  for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+    merge_splits(base, n, hd, d0, lane, p.out + t * p.ldo + h * hd);
+  }
 }
 
-// One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
-// in any order), then every split's sums scaled to it and added in split order, normalised at
-// the end. Each lane owns one dimension (an output element's operations are those of any other
-// split of the dimensions among warps). The splits' values are loaded kBatch at a time into
-// registers before any of them is used (the first batch before the maximum's reduction), so a
-// batch costs one round trip, not one per split.
+// One warp per (token, head, 32 dimensions), for launches whose splits do not merge
+// themselves (the tiled prefill kernel's).
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
-  constexpr int kBatch = 16;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
-  const int64_t d = (w % groups) * 32 + lane;
   const int n = static_cast<int>(pos[t] / kSplit) + 1;
-  const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
-  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
-  float mv[kBatch], lv[kBatch], ov[kBatch];
-  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
-#pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
-      mv[q] = ps[hd];
-      lv[q] = ps[hd + 1];
-      ov[q] = ps[dd];
-    }
-  };
-  load(0);
-  float M = -INFINITY;
-  for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
-  M = warp_max(M);
-  float o = 0.0f, L = 0.0f;
-  for (int s0 = 0; s0 < n; s0 += kBatch) {
-    if (s0 > 0) load(s0);
-#pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      if (s0 + q < n) {
-        const float b = expf(mv[q] - M);
-        L = fmaf(lv[q], b, L);
-        o = fmaf(ov[q], b, o);
-      }
-    }
-  }
-  if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
+  merge_splits(partial + (tl * heads + h) * max_splits * (hd + 2), n, hd, (w % groups) * 32, lane,
+               out + t * ldo + h * hd);
 }
 
 }  // namespace
@@ -288,7 +305,14 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.partial = partial.as<float>();
     if (qb > 0) {
       tiled_launch(p, block_start->as<int32_t>());
+      launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
+                 partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
+                 out.ptr<float>(), ld(out));
+      launched("attention_merge_kernel");
     } else {
+      p.counters = tile_counters(static_cast<size_t>(n * kv_heads));
+      p.out = out.ptr<float>();
+      p.ldo = ld(out);
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
       const unsigned threads = static_cast<unsigned>(group * 32);
@@ -301,10 +325,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       }
       launched("attention_split_kernel");
     }
-    launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
-               partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-               out.ptr<float>(), ld(out));
-    launched("attention_merge_kernel");
   }
 }
 

@@ -77,6 +77,12 @@ void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&...
   HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
+// Zeroed counters for last_to_finish, at least `count` of them, kept for the life of the
+// program and shared by every kernel that reduces across CTAs (each reducing CTA leaves its
+// counter at zero again, and no two such kernels count at once: each counts after its wait
+// for the previous kernel).
+int* tile_counters(size_t count);
+
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is
 // reused only by work queued after it; while a graph is recorded it comes from the recording
 // arena, see cuda_backend.cu).
@@ -233,6 +239,21 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Split-parallel launches (the matmuls' split-K, attention's splits): after every thread of
+// the CTA has stored its partial sums, true in the CTA that finished its tile last, which then
+// adds the tile's splits in split order (and leaves the counter at zero for the next launch).
+__device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;
+  return true;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

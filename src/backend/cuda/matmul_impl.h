@@ -57,10 +57,13 @@ __device__ __forceinline__ bool not_my_group(const Params& p, int64_t rows) {
 // Rows of x per CTA of the tiled kernel (matmul_tiled.cu).
 constexpr int kTiledTokens = 64;
 
-// The group a grouped launch's slice serves, or -1.
+// The group a grouped launch's slice serves, or -1. Both loads issue at once (active has an
+// entry for every slice; past *n_active it is not used): one round trip, not two, before the
+// group's offsets and matrix can be read.
 __device__ __forceinline__ int group_of_slice(const Params& p) {
   const int z = blockIdx.z;
-  return z < *p.n_active ? p.active[z] : -1;
+  const int n = *p.n_active, g = p.active[z];
+  return z < n ? g : -1;
 }
 
 // The x row and out row of each of a CTA's n token rows from m0 (-1 past the group's rows);

@@ -155,12 +155,21 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   }
 }
 
-void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
-                   const BatchLayout& layout, const StateViews& state, Communicator* comm) {
+namespace {
+// One layer up to its FFN output, which it leaves in ffn_out instead of adding it to x.
+// `pending`, when given, is the previous layer's: it joins x in the same op as this layer's
+// input norm (Backend::add_rmsnorm, the bits of the add and the norm).
+void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                const BatchLayout& layout, const StateViews& state, Communicator* comm,
+                const Tensor* pending, Tensor ffn_out) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
   OwnedTensor xn = scratch(be, T, H), y = scratch(be, T, H);
-  be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  if (pending) {
+    be.add_rmsnorm(x, *pending, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  } else {
+    be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  }
   if (w.mixer == MixerKind::attention) {
     attention(c, w.attn, be, xn.tensor, layout, state, w.state_index, y.tensor);
   } else {
@@ -169,11 +178,31 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
   sum_over_ranks(comm, y.tensor);
   be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
   if (w.ffn == FfnKind::moe) {
-    moe(c, w.moe, be, xn.tensor, y.tensor);
+    moe(c, w.moe, be, xn.tensor, ffn_out);
   } else {
-    mlp(w.mlp, be, xn.tensor, y.tensor);
+    mlp(w.mlp, be, xn.tensor, ffn_out);
   }
-  sum_over_ranks(comm, y.tensor);
+  sum_over_ranks(comm, ffn_out);
+}
+}  // namespace
+
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                   const BatchLayout& layout, const StateViews& state, Communicator* comm) {
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
+  layer_body(c, w, be, x, layout, state, comm, nullptr, y.tensor);
+  be.add(x, y.tensor);
+}
+
+void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layers, Backend& be,
+                    Tensor x, const BatchLayout& layout, const StateViews& state,
+                    Communicator* comm) {
+  if (layers.empty()) return;
+  // One buffer serves every layer: a layer's FFN writes it after its input norm has read the
+  // previous layer's output from it (one stream, in order).
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layer_body(c, layers[i], be, x, layout, state, comm, i > 0 ? &y.tensor : nullptr, y.tensor);
+  }
   be.add(x, y.tensor);
 }
 

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/device_memory.h"
+#include "support/cuda_fixture.h"
 #include "support/random.h"
 
 namespace hibana {
@@ -19,35 +20,14 @@ namespace {
 
 using test::randn;
 
-class CudaFusedOps : public testing::Test {
+class CudaFusedOps : public test::CudaFixture {
  public:
-  void SetUp() override {
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU";
-    gpu = make_cuda_backend();
-    cpu = make_cpu_backend();
-  }
-  // A device copy of host values, kept alive by the fixture.
-  Tensor upload(const void* data, DType dtype, std::initializer_list<int64_t> dims) {
-    Tensor t(nullptr, dtype, dims, Device::cuda);
-    keep.push_back(std::make_unique<Buffer>(std::max<size_t>(t.nbytes(), 4), Device::cuda));
-    t.data = keep.back()->data();
-    copy_from_host(data, t);
-    return t;
-  }
   // Columns [0, width) of a row-major f32 tensor: a view with the wider row pitch.
   static Tensor first_columns(const Tensor& t, int64_t width) {
     Tensor v = t;
     v.shape[1] = width;
     return v;
   }
-  static std::vector<float> download(const Tensor& t) {
-    std::vector<float> v(t.numel());
-    copy_to_host(t, v.data());
-    return v;
-  }
-
-  std::unique_ptr<Backend> gpu, cpu;
-  std::vector<std::unique_ptr<Buffer>> keep;
 };
 
 struct PrepCase {

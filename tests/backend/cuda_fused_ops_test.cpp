@@ -41,7 +41,10 @@ struct PrepCase {
 // both pages) and on the CPU. q is a column view of a wider projection, as in the layers; one
 // row is a padding row (slot -1) whose K and V must not be stored.
 TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
-  const std::vector<int32_t> pos = {0, 7, 100, 1000, 4095}, slot = {3, 40, -1, 17, 62};
+  // Row 2 is a padding row on the GPU (slot -1: nothing stored). The CPU stores every row, so
+  // its reference puts that row in a slot no other row uses (50) and clears it afterwards.
+  const std::vector<int32_t> pos = {0, 7, 100, 1000, 4095}, slot = {3, 40, -1, 17, 62},
+                             cpu_slot = {3, 40, 50, 17, 62};
   const int64_t T = static_cast<int64_t>(pos.size()), page = 16, pages = 4;
   for (const PrepCase& c : {PrepCase{8, 2, 128, 128, false}, PrepCase{16, 2, 256, 64, true},
                             PrepCase{4, 2, 64, 64, false}, PrepCase{4, 2, 96, 96, false}}) {
@@ -64,7 +67,7 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
       l.positions = device ? upload(pos.data(), DType::i32, {T})
                            : Tensor(const_cast<int32_t*>(pos.data()), DType::i32, {T});
       l.kv_slot = device ? upload(slot.data(), DType::i32, {T})
-                         : Tensor(const_cast<int32_t*>(slot.data()), DType::i32, {T});
+                         : Tensor(const_cast<int32_t*>(cpu_slot.data()), DType::i32, {T});
       return l;
     };
     const Tensor v = upload(v0.data(), DType::f32, {T, kw});
@@ -103,6 +106,11 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
     cpu->attention_prep(first_columns(qc, c.heads * hd), kc, Tensor(v1.data(), DType::f32, {T, kw}),
                         Tensor(qn1.data(), DType::f32, {hd}), Tensor(kn1.data(), DType::f32, {hd}),
                         a, kpc, vpc, layout_on(false));
+    for (int64_t h = 0; h < c.kv_heads; ++h) {  // the padding row's slot: empty on the GPU
+      const int64_t at = ((cpu_slot[2] / page * c.kv_heads + h) * page + cpu_slot[2] % page) * hd;
+      std::fill(kp.begin() + at, kp.begin() + at + hd, 0.0f);
+      std::fill(vp.begin() + at, vp.begin() + at + hd, 0.0f);
+    }
     const std::vector<float> gq = download(fused.proj), gk = download(fused.k),
                              gkp = download(fused.kp), gvp = download(fused.vp);
     float worst = 0.0f;

@@ -244,12 +244,13 @@ __device__ __forceinline__ float warp_max(float v) {
 // Split-parallel launches (the matmuls' split-K, attention's splits): after every thread of
 // the CTA has stored its partial sums, true in the CTA that finished its tile last, which then
 // adds the tile's splits in split order (and leaves the counter at zero for the next launch).
+// No static shared memory (the answer travels by __syncthreads_or): a kernel that asks for the
+// GPU's whole opt-in shared memory as dynamic memory could not have any, and static memory
+// would shift its dynamic memory off the 128-byte line its cp.async copies need.
 __device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
-  __shared__ bool last;
   __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
+  __syncthreads();  // every thread's partials are stored and fenced before the count
+  const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1) == splits - 1);
   if (!last) return false;
   __threadfence();
   if (threadIdx.x == 0) *counter = 0;

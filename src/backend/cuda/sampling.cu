@@ -168,49 +168,64 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
     }
     // prefix is the n-th largest key: take every larger key (fewer than n) and the first
-    // `need` equal ones in token order. Thread t owns the contiguous run [lo, hi) of the row,
-    // so token order among the equal keys is thread order, then order within the run: a first
-    // pass counts each run's equal keys, a block scan gives every run its first rank, and a
-    // second pass writes (larger keys take slots by atomic increments: their order does not
-    // matter, the entries are placed by value and id below). Two passes over the row without
-    // a barrier in their loops (one barrier per 1024 entries made this ~100 us per row).
+    // `need` equal ones in token order. Warp w owns a contiguous chunk of the row and walks it
+    // 32 consecutive entries at a time (coalesced), so token order among the equal keys is
+    // warp order, then step order, then lane order: a first pass counts each chunk's equal
+    // keys, a scan over the 32 warp totals gives every chunk its first rank, and a second
+    // pass writes — the equal keys ranked by ballots, the larger ones into slots taken by
+    // atomic increments (their order does not matter: the entries are placed by value and
+    // id below). No barrier in either loop (one barrier per 1024 entries made this ~150
+    // rounds of four barriers per row).
     const uint32_t threshold = prefix;
     const int greater = n - need;
-    const int64_t run = (V + kThreads - 1) / kThreads;
-    const int64_t lo = t * run < V ? t * run : V, hi = lo + run < V ? lo + run : V;
+    const int64_t chunk = (V + kWarps * 32 - 1) / (kWarps * 32) * 32;  // a multiple of 32
+    const int64_t lo = warp * chunk < V ? warp * chunk : V, hi = lo + chunk < V ? lo + chunk : V;
     uint32_t eq_here = 0;
-    for (int64_t v = lo; v < hi; ++v) eq_here += key_of(l[v]) == threshold;
-    // Exclusive scan of eq_here over the threads, in thread order.
-    uint32_t incl = eq_here;
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint32_t x = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += x;
-    }
-    if (lane == 31) sh.warp_count[warp] = incl;
+#pragma unroll 8
+    for (int64_t v = lo + lane; v < hi; v += 32) eq_here += key_of(l[v]) == threshold;
+    for (int o = 16; o > 0; o >>= 1) eq_here += __shfl_xor_sync(0xffffffffu, eq_here, o);
+    if (lane == 0) sh.warp_count[warp] = eq_here;
     if (t == 0) sh.taken_gt = 0;
     __syncthreads();
-    if (warp == 0) {
-      uint32_t w = sh.warp_count[lane], wi = w;  // kWarps == 32
+    if (warp == 0) {  // exclusive scan of the warps' counts, in warp order
+      const uint32_t w = sh.warp_count[lane];
+      uint32_t wi = w;
       for (int d = 1; d < 32; d <<= 1) {
         const uint32_t x = __shfl_up_sync(0xffffffffu, wi, d);
         if (lane >= d) wi += x;
       }
-      sh.warp_count[lane] = wi - w;  // warps before this one
+      sh.warp_count[lane] = wi - w;
     }
     __syncthreads();
-    int rank = static_cast<int>(sh.warp_count[warp] + incl - eq_here);
-    for (int64_t v = lo; v < hi; ++v) {
-      const uint32_t kv = key_of(l[v]);
-      if (kv > threshold) {
-        const int at = atomicAdd(&sh.taken_gt, 1);
-        sh.value[at] = l[v];
-        sh.id[at] = static_cast<int32_t>(v);
-      } else if (kv == threshold) {
-        if (rank < need) {
-          sh.value[greater + rank] = l[v];
-          sh.id[greater + rank] = static_cast<int32_t>(v);
+    uint32_t rank = sh.warp_count[warp];  // equal keys before this step of this chunk
+    const uint32_t below = (1u << lane) - 1u;
+    constexpr int kSteps = 8;  // steps loaded before any is used (the writes below are to
+                               // shared memory, which a generic load could alias)
+    for (int64_t base = lo; base < hi; base += 32 * kSteps) {  // the same trips on every lane
+      float x[kSteps];
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+        const int64_t v = base + 32 * q + lane;
+        x[q] = v < hi ? l[v] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+        const int64_t v = base + 32 * q + lane;
+        const uint32_t kv = key_of(x[q]);
+        const bool in = v < hi, eq = in && kv == threshold;
+        const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+        if (in && kv > threshold) {
+          const int at = atomicAdd(&sh.taken_gt, 1);
+          sh.value[at] = x[q];
+          sh.id[at] = static_cast<int32_t>(v);
+        } else if (eq) {
+          const uint32_t r = rank + __popc(ballot & below);
+          if (r < static_cast<uint32_t>(need)) {
+            sh.value[greater + r] = x[q];
+            sh.id[greater + r] = static_cast<int32_t>(v);
+          }
         }
-        ++rank;
+        rank += __popc(ballot);
       }
     }
   }

@@ -65,8 +65,9 @@ __global__ void __launch_bounds__(kThreads)
   // The maximum (the lowest index among equals).
   uint32_t bk = 0;
   int32_t bi = INT32_MAX;
+#pragma unroll 8
   for (int64_t v = t; v < V; v += kThreads) {
-    const uint32_t kv = key_of(l[v]);
+    const uint32_t kv = key_of(__ldg(l + v));
     if (kv > bk) {
       bk = kv;
       bi = static_cast<int32_t>(v);
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv_t = temp > 0.0f ? 1.0f / temp : 0.0f;
     double a = 0.0, b = 0.0;
     for (int64_t v = t; v < V; v += kThreads) {
-      const float d = l[v] - mx;
+      const float d = __ldg(l + v) - mx;
       a += expf(d);
       if (temp > 0.0f) b += expf(d * inv_t);
     }
@@ -130,8 +131,11 @@ __global__ void __launch_bounds__(kThreads)
       const int nb = 1 << bits[pass], shift = shifts[pass];
       for (int i = t; i < 2048; i += kThreads) sh.hist[i] = 0;
       __syncthreads();
+      // Read-only global loads (__ldg) cannot alias the shared histogram, so they need not
+      // wait for the atomics before them: several iterations' loads are in flight.
+#pragma unroll 4
       for (int64_t v = t; v < V; v += kThreads) {
-        const uint32_t kv = key_of(l[v]);
+        const uint32_t kv = key_of(__ldg(l + v));
         if ((kv & mask) == prefix) atomicAdd(&sh.hist[(kv >> shift) & (nb - 1)], 1u);
       }
       __syncthreads();
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t lo = warp * chunk < V ? warp * chunk : V, hi = lo + chunk < V ? lo + chunk : V;
     uint32_t eq_here = 0;
 #pragma unroll 8
-    for (int64_t v = lo + lane; v < hi; v += 32) eq_here += key_of(l[v]) == threshold;
+    for (int64_t v = lo + lane; v < hi; v += 32) eq_here += key_of(__ldg(l + v)) == threshold;
     for (int o = 16; o > 0; o >>= 1) eq_here += __shfl_xor_sync(0xffffffffu, eq_here, o);
     if (lane == 0) sh.warp_count[warp] = eq_here;
     if (t == 0) sh.taken_gt = 0;
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int q = 0; q < kSteps; ++q) {
         const int64_t v = base + 32 * q + lane;
-        x[q] = v < hi ? l[v] : 0.0f;
+        x[q] = v < hi ? __ldg(l + v) : 0.0f;
       }
 #pragma unroll
       for (int q = 0; q < kSteps; ++q) {

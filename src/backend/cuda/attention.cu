@@ -3,7 +3,8 @@
 // A token's keys are cut into fixed splits of kSplit absolute positions. One CTA per (token,
 // KV head, split) runs an online softmax over its split, one warp per query head of the group,
 // sharing each 32-key tile of K and V through shared memory (prefill: blocks of tokens per CTA,
-// attention_tiled.cu); a second kernel merges the splits of each (token, head) in split order.
+// attention_tiled.cu). The splits of each (token, head) are merged in split order, at decode by
+// the split CTA that finishes last (fold_splits), in prefill by a merge kernel: the same bits.
 // Split boundaries depend only on positions, so a token's output does not depend on the batch
 // it came in or on how its prompt was chunked.
 #include <algorithm>
@@ -75,6 +76,77 @@ __device__ __forceinline__ void merge_splits(const float* base, int n, int64_t h
     }
   }
   if (d < hd) out_row[d] = o * (1.0f / L);
+}
+
+// The merge of one (token, KV head)'s splits by the split CTA that finished last: per output,
+// merge_splits's arithmetic exactly (the largest maximum, each split scaled by expf(m - M), the
+// sums in split order, normalised at the end), so the bits are the merge kernel's; the work is
+// cut for one CTA. Warp w puts head w's scales and sums in shared memory and adds its L; then
+// each thread takes outputs threadIdx.x + k * blockDim.x of the group's [group][hd] and adds the
+// splits kB at a time, every load of a batch in flight: n / kB round trips to L2 in all (the
+// merge function, run by one warp per head 32 dimensions at a time, took hd / 32 * (n / 16 + 1),
+// which made the fold slower than the merge kernel it replaced). sm holds group * (2n + 1)
+// floats (checked at launch).
+template <int kB, int kPer>
+__device__ __forceinline__ void fold_splits(const AttnParams& p, int64_t t, int64_t kvh, int n,
+                                            float* sm) {
+  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t hd = p.hd, row = hd + 2, total = group * hd;
+  const float* heads = p.partial + ((t - p.t_begin) * p.heads + kvh * group) * p.max_splits * row;
+  float* sums = sm + 2 * group * n;  // [group]; before it [group][scales n, sums n]
+  {
+    float* sc = sm + 2 * warp * n;
+    float* ls = sc + n;
+    const float* base = heads + warp * p.max_splits * row;
+    float M = -INFINITY;
+    for (int s = lane; s < n; s += 32) {
+      const float m = __ldcg(base + s * row + hd);
+      ls[s] = __ldcg(base + s * row + hd + 1);
+      sc[s] = m;
+      M = fmaxf(M, m);
+    }
+    M = warp_max(M);
+    for (int s = lane; s < n; s += 32) sc[s] = expf(sc[s] - M);
+    __syncwarp();
+    float L = 0.0f;
+    for (int s = 0; s < n; ++s) L = fmaf(ls[s], sc[s], L);
+    if (lane == 0) sums[warp] = L;
+  }
+  __syncthreads();
+  const float* src[kPer];
+  const float* scale[kPer];
+  float o[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x, g = i < total ? i / hd : 0;
+    src[k] = heads + g * p.max_splits * row + (i < total ? i % hd : 0);
+    scale[k] = sm + 2 * g * n;
+    o[k] = 0.0f;
+  }
+  for (int s0 = 0; s0 < n; s0 += kB) {
+    float v[kB][kPer];
+#pragma unroll
+    for (int q = 0; q < kB; ++q) {
+      const int s = min(s0 + q, n - 1);  // (past n: loaded, not used)
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[q][k] = __ldcg(src[k] + s * row);
+    }
+#pragma unroll
+    for (int q = 0; q < kB; ++q) {
+      if (s0 + q < n) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) o[k] = fmaf(v[q][k], scale[k][s0 + q], o[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    if (i < total) {
+      const int64_t g = i / hd;
+      p.out[t * p.ldo + (kvh * group + g) * hd + i % hd] = o[k] * (1.0f / sums[g]);
+    }
+  }
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
@@ -194,13 +266,14 @@ __global__ void attention_split_kernel(AttnParams p) {
     out[hd + 1] = l_run;
   }
   if (p.counters == nullptr) return;
-  // The last of the token's splits to finish (for this KV head) merges the group's heads, warp
-  // w its head, 32 dimensions at a time: no merge kernel.
+  // The last of the token's splits to finish (for this KV head) merges the group's heads: no
+  // merge kernel.
   const int n = static_cast<int>(qpos / kSplit) + 1;
   if (!last_to_finish(p.counters + (t - p.t_begin) * p.kv_heads + kvh, n)) return;
-  const float* base = p.partial + ((t - p.t_begin) * p.heads + h) * p.max_splits * (hd + 2);
-  for (int64_t d0 = 0; d0 < hd; d0 += 32) {
-    merge_splits(base, n, hd, d0, lane, p.out + t * p.ldo + h * hd);
+  if (hd <= 128) {
+    fold_splits<16, 4>(p, t, kvh, n, sm);
+  } else {
+    fold_splits<8, 8>(p, t, kvh, n, sm);
   }
 }
 
@@ -271,6 +344,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const size_t smem = smem_for(stages);
   check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
+  // The per-token kernel merges its own splits where its shared memory holds the fold's scales
+  // (fold_splits; always but for contexts of ~100k tokens and more with large groups).
+  const bool fold = static_cast<size_t>(group * (2 * max_splits + 1)) * sizeof(float) <= smem;
   // Tokens per launch: bounded so the split partials stay under 256 MiB.
   const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
   const int64_t chunk =
@@ -303,14 +379,17 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
-    if (qb > 0) {
-      tiled_launch(p, block_start->as<int32_t>());
+    auto merge = [&] {
       launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
                  partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
                  out.ptr<float>(), ld(out));
       launched("attention_merge_kernel");
+    };
+    if (qb > 0) {
+      tiled_launch(p, block_start->as<int32_t>());
+      merge();
     } else {
-      p.counters = tile_counters(static_cast<size_t>(n * kv_heads));
+      if (fold) p.counters = tile_counters(static_cast<size_t>(n * kv_heads));
       p.out = out.ptr<float>();
       p.ldo = ld(out);
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
@@ -324,6 +403,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
         launch_pdl(attention_split_kernel<1>, grid, threads, smem, p);
       }
       launched("attention_split_kernel");
+      if (!fold) merge();
     }
   }
 }

@@ -7,9 +7,9 @@
 // (kPer = head_dim / 32 of them) in registers from the load to the stores. The arithmetic is
 // that of the separate kernels (elementwise.cu's rmsnorm_kernel and rope_kernel): the same
 // per-lane sum of squares in the same order and the same warp reduction, the same products,
-// the same frequencies and angles; so the bits are theirs. The rotated pairs (d, d + half) must
-// sit in one lane, so half is a multiple of 32 (and head_dim at most 256): other shapes take the
-// separate kernels (attention_prep_fits).
+// the same frequencies and angles, the same helpers (rms_inverse, rotate_pair); so the bits
+// are theirs. The rotated pairs (d, d + half) must sit in one lane, so half is a multiple of 32
+// (and head_dim at most 256): other shapes take the separate kernels (attention_prep_fits).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(128) attention_prep_kernel(PrepParams p) {
 #pragma unroll
   for (int i = 0; i < kPer; ++i) ss = fmaf(xv[i], xv[i], ss);
   ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
+  const float inv = rms_inverse(ss, static_cast<float>(hd), p.eps);
   float y[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -83,11 +83,7 @@ __global__ void __launch_bounds__(128) attention_prep_kernel(PrepParams p) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       if (i < p.half_lanes && j == i + p.half_lanes) {
-        const float ang = static_cast<float>(at) * inv_freq[i];
-        const float cs = cosf(ang), sn = sinf(ang);
-        const float x1 = y[i], x2 = y[j];
-        r[i] = x1 * cs - x2 * sn;
-        r[j] = x2 * cs + x1 * sn;
+        rotate_pair(y[i], y[j], static_cast<float>(at) * inv_freq[i], r[i], r[j]);
       }
     }
   }

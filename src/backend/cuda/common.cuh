@@ -241,6 +241,21 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The inverse RMS of n values whose squares sum to ss, and the rotary embedding of one pair:
+// every kernel that normalises or rotates calls these, so fused kernels have the separate
+// kernels' bits. The roundings are explicit (__fadd_rn, __fmul_rn: never contracted into a
+// multiply-add), since the compiler contracts differently where n is a compile-time power of
+// two (ss / 128 becomes a multiply, then a multiply-add with eps) or where a loop is unrolled.
+__device__ __forceinline__ float rms_inverse(float ss, float n, float eps) {
+  return 1.0f / sqrtf(__fadd_rn(ss / n, eps));
+}
+
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float ang, float& y1, float& y2) {
+  const float cs = cosf(ang), sn = sinf(ang);
+  y1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  y2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
 // Split-parallel launches (the matmuls' split-K, attention's splits): after every thread of
 // the CTA has stored its partial sums, true in the CTA that finished its tile last, which then
 // adds the tile's splits in split order (and leaves the counter at zero for the next launch).

@@ -136,11 +136,10 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
 
 // The SwiGLU's product taken by the decode matmul as it loads its activations: the bits of
 // silu_mul then matmul on the same GPU, for bf16 and fp8 weights, 1 and 2 rows (the packed
-// kernel) and 3 and 8 (unpacked); gate and up are the two halves of one [T, 2K] buffer, as the
-// stacked gate_up projection leaves them. It fuses where the activations sit in shared memory
-// (384 x 1536: several splits), which leaves gate as it was; 17000 x 4608 (more than 132 tiles
-// of 128 rows leave K in one split, whose three planes do not fit) and 9 rows take the
-// separate ops, which overwrite gate with the product.
+// kernel), 3 and 8 (unpacked), activations in shared memory (384 x 1536: several splits) and
+// loaded per warp (17000 x 4608: more than 132 tiles of 128 rows leave K in one split, whose
+// three planes do not fit); gate and up are the two halves of one [T, 2K] buffer, as the
+// stacked gate_up projection leaves them. 9 rows take the separate ops.
 TEST_F(CudaFusedOps, SiluMulMatmulHasTheBitsOfSiluMulThenMatmul) {
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{384, 1536}, {17000, 4608}}) {
@@ -149,7 +148,6 @@ TEST_F(CudaFusedOps, SiluMulMatmulHasTheBitsOfSiluMulThenMatmul) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(N) + "x" +
                      std::to_string(K) + ", rows " + std::to_string(T));
         const std::vector<float> gu = randn(T * 2 * K, 22, 2.0f);
-        std::vector<float> gate_after;
         auto run = [&](bool fused) {
           Tensor both = upload(gu.data(), DType::f32, {T, 2 * K});
           Tensor gate = first_columns(both, K), up = gate;
@@ -158,7 +156,6 @@ TEST_F(CudaFusedOps, SiluMulMatmulHasTheBitsOfSiluMulThenMatmul) {
           Tensor out = upload(zeros.data(), DType::f32, {T, N});
           if (fused) {
             gpu->silu_mul_matmul(gate, up, w.dev, out);
-            gate_after = download(both);
           } else {
             gpu->Backend::silu_mul_matmul(gate, up, w.dev, out);
           }
@@ -168,8 +165,6 @@ TEST_F(CudaFusedOps, SiluMulMatmulHasTheBitsOfSiluMulThenMatmul) {
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
         // And a product at all: not the zeros the output started as.
         EXPECT_NE(std::count(got.begin(), got.end(), 0.0f), static_cast<long>(got.size()));
-        const bool fuses = N == 384 && T <= 8;
-        EXPECT_EQ(gate_after == gu, fuses) << "gate kept (fused) or overwritten (separate ops)";
       }
     }
   }

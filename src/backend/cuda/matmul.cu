@@ -326,7 +326,7 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
-  check(p.xu == nullptr || (max_rows <= 8 && mma_supports(p, elt)), ErrorKind::internal,
+  check(p.xu == nullptr || silu_fusable(p, elt, max_rows), ErrorKind::internal,
         "matmul: fused silu activations outside the decode kernel");
   p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
@@ -384,12 +384,8 @@ void describe_weight(const Weight& w, Params& p) {
   }
 }
 
-bool silu_fusable(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (max_rows > 8 || !mma_supports(p, elt)) return false;
-  Params q = p;  // with the split mm::run will give it
-  q.split_len = split_length(q.N, q.K, grouped);
-  q.splits = static_cast<int>((q.K + q.split_len - 1) / q.split_len);
-  return gemv_shares_x(q, elt, max_rows, groups);
+bool silu_fusable(const Params& p, Elt elt, int64_t max_rows) {
+  return max_rows <= 8 && mma_supports(p, elt);
 }
 
 bool describe_x_up(const Tensor& up, Params& p) {
@@ -418,7 +414,7 @@ void silu_mul_matmul(Tensor gate, const Tensor& up, const Weight& w, Tensor out)
   mm::describe_weight(w, p);
   mm::describe_x(gate, p);
   const Elt elt = elt_of(w.w.dtype);
-  if (!mm::silu_fusable(p, elt, false, m, 1) || !mm::describe_x_up(up, p)) {
+  if (!mm::silu_fusable(p, elt, m) || !mm::describe_x_up(up, p)) {
     silu_mul(gate, up, gate);
     return matmul(gate, w, out);
   }

@@ -435,29 +435,17 @@ void configure() {
   (void)done;
 }
 
-// The shared activations' bytes for x_rows rows.
-template <Elt E>
-size_t shared_x_bytes(const Params& p, int x_rows) {
-  return static_cast<size_t>(x_rows) * 3 * Gemv<E>::plane_pitch_bytes(p.split_len);
-}
-
-// Shared activations where they fit, unless their shared memory would leave fewer CTAs per SM
-// than the grid needs to run in one wave while the per-warp kernel would not.
-template <Elt E>
-bool shares_x(const Params& p, int groups, int x_rows) {
-  using S = Gemv<E>;
-  const size_t x_bytes = shared_x_bytes<E>(p, x_rows);
-  const int64_t ctas = (p.N + kRowsPerCta - 1) / kRowsPerCta * p.splits * groups;
-  const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
-  const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
-  return x_bytes <= static_cast<size_t>(kXSharedMax) && !(ctas > wave_shared && ctas <= wave_plain);
-}
-
 template <Elt E, bool kGrouped, bool kPacked>
 void launch(const Params& p, int groups, int x_rows) {
   using S = Gemv<E>;
-  const size_t x_bytes = shared_x_bytes<E>(p, x_rows);
-  const bool shared_x = shares_x<E>(p, groups, x_rows);
+  const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
+  // Shared activations where they fit, unless their shared memory would leave fewer CTAs per
+  // SM than the grid needs to run in one wave while the per-warp kernel would not.
+  const int64_t ctas = (p.N + kRowsPerCta - 1) / kRowsPerCta * p.splits * groups;
+  const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
+  const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
+  const bool shared_x =
+      x_bytes <= static_cast<size_t>(kXSharedMax) && !(ctas > wave_shared && ctas <= wave_plain);
   configure<E, kGrouped, true, kPacked>();
   configure<E, kGrouped, false, kPacked>();
   auto kernel =
@@ -477,12 +465,6 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 }
 
 }  // namespace
-
-bool gemv_shares_x(const Params& p, Elt elt, int64_t max_rows, int groups) {
-  const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
-  return elt == Elt::bf16 ? shares_x<Elt::bf16>(p, groups, x_rows)
-                          : shares_x<Elt::fp8>(p, groups, x_rows);
-}
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   std::unique_ptr<Scratch> partial;

@@ -116,14 +116,9 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);
-// Whether the decode kernel (max_rows <= 8; p's split set) keeps this launch's activations in
-// shared memory (matmul_gemv.cu).
-bool gemv_shares_x(const Params& p, Elt elt, int64_t max_rows, int groups);
-// Whether a product (grouped or not) of up to max_rows rows in `groups` groups takes its
-// activations as silu(x) * xu: where the decode kernel keeps them in shared memory (each CTA
-// computes the product once; per warp, every lane would compute its own again). And xu's
-// description (false when up's layout does not match x's).
-bool silu_fusable(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
+// Whether a product of up to max_rows rows may take its activations as silu(x) * xu (the
+// decode kernel takes it), and xu's description (false when up's layout does not match x's).
+bool silu_fusable(const Params& p, Elt elt, int64_t max_rows);
 bool describe_x_up(const Tensor& up, Params& p);
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 

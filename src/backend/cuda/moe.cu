@@ -238,14 +238,13 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
     grouped(experts.up[0], tab.up, x, static_cast<int>(k), ut.ptr<float>(), 2 * I);
   }
-  // Up to 8 tokens, where the decode kernel keeps them in shared memory, the down projection
-  // takes silu(gate) * up as it loads its activations: no silu_mul launch. The same bits as
-  // the product stored, then read.
+  // Up to 8 tokens, the down projection (the decode kernel) takes silu(gate) * up as it loads
+  // its activations: no silu_mul launch. The same bits as the product stored, then read.
   Params probe{};
   mm::describe_weight(experts.down[0], probe);
   mm::describe_x(gt, probe);
-  const bool fuse = mm::silu_fusable(probe, elt_of(experts.down[0].w.dtype), true, T, slices) &&
-                    mm::describe_x_up(ut, probe);
+  const bool fuse =
+      mm::silu_fusable(probe, elt_of(experts.down[0].w.dtype), T) && mm::describe_x_up(ut, probe);
   if (!fuse) silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, fuse ? &ut : nullptr);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),

@@ -126,14 +126,6 @@ class Backend {
   }
   // out = x · wᵀ (x [R, K], w [N, K], out [R, N]); out may be a column range of a wider buffer.
   virtual void matmul(const Tensor& x, const Weight& w, Tensor out) = 0;
-  // out = (silu(gate) * up) · wᵀ: the SwiGLU's product and the down projection (gate and up
-  // [R, K] with the same row pitch; gate may be overwritten). The default runs silu_mul into
-  // gate, then matmul; a GPU takes the product as the matmul loads it for small batches, with
-  // the same bits.
-  virtual void silu_mul_matmul(Tensor gate, const Tensor& up, const Weight& w, Tensor out) {
-    silu_mul(gate, up, gate);
-    matmul(gate, w, out);
-  }
   // out[:, j] = x[:, index[j]].
   virtual void gather_columns(const Tensor& x, const Tensor& index, Tensor out) = 0;
   // Rotary embedding (rotate-half / neox) of the first rot_dim dims of every head, in place.

@@ -110,16 +110,18 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
 
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], inter = w.gate.rows();
+  OwnedTensor g = scratch(be, T, inter);
   if (!w.gate_up.empty()) {  // stacked [gate ; up]: one matmul
     OwnedTensor gu = scratch(be, T, 2 * inter);
     be.matmul(xn, w.gate_up, gu.tensor);
-    be.silu_mul_matmul(columns(gu.tensor, 0, inter), columns(gu.tensor, inter, inter), w.down, out);
+    be.silu_mul(columns(gu.tensor, 0, inter), columns(gu.tensor, inter, inter), g.tensor);
   } else {
-    OwnedTensor g = scratch(be, T, inter), u = scratch(be, T, inter);
+    OwnedTensor u = scratch(be, T, inter);
     be.matmul(xn, w.gate, g.tensor);
     be.matmul(xn, w.up, u.tensor);
-    be.silu_mul_matmul(g.tensor, u.tensor, w.down, out);
+    be.silu_mul(g.tensor, u.tensor, g.tensor);
   }
+  be.matmul(g.tensor, w.down, out);
 }
 
 void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out) {

@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,9 +18,7 @@
 namespace hibana {
 namespace {
 
-using test::make_weight;
 using test::randn;
-using test::TestWeight;
 
 class CudaFusedOps : public test::CudaFixture {
  public:
@@ -131,42 +128,6 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
     // The padding row's slot stayed empty; the others hold their token's v.
     const int64_t stored = std::count_if(gvp.begin(), gvp.end(), [](float x) { return x != 0; });
     EXPECT_EQ(stored, (T - 1) * kw);
-  }
-}
-
-// The SwiGLU's product taken by the decode matmul as it loads its activations: the bits of
-// silu_mul then matmul on the same GPU, for bf16 and fp8 weights, 1 and 2 rows (the packed
-// kernel), 3 and 8 (unpacked), activations in shared memory (384 x 1536: several splits) and
-// loaded per warp (17000 x 4608: more than 132 tiles of 128 rows leave K in one split, whose
-// three planes do not fit); gate and up are the two halves of one [T, 2K] buffer, as the
-// stacked gate_up projection leaves them. 9 rows take the separate ops.
-TEST_F(CudaFusedOps, SiluMulMatmulHasTheBitsOfSiluMulThenMatmul) {
-  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-    for (auto [N, K] : {std::pair<int64_t, int64_t>{384, 1536}, {17000, 4608}}) {
-      const TestWeight w = make_weight(*this, dtype, N, K, 21);
-      for (int64_t T : {1, 2, 3, 8, 9}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(N) + "x" +
-                     std::to_string(K) + ", rows " + std::to_string(T));
-        const std::vector<float> gu = randn(T * 2 * K, 22, 2.0f);
-        auto run = [&](bool fused) {
-          Tensor both = upload(gu.data(), DType::f32, {T, 2 * K});
-          Tensor gate = first_columns(both, K), up = gate;
-          up.data = both.ptr<float>() + K;
-          const std::vector<float> zeros(T * N, 0.0f);
-          Tensor out = upload(zeros.data(), DType::f32, {T, N});
-          if (fused) {
-            gpu->silu_mul_matmul(gate, up, w.dev, out);
-          } else {
-            gpu->Backend::silu_mul_matmul(gate, up, w.dev, out);
-          }
-          return download(out);
-        };
-        const std::vector<float> got = run(true), want = run(false);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-        // And a product at all: not the zeros the output started as.
-        EXPECT_NE(std::count(got.begin(), got.end(), 0.0f), static_cast<long>(got.size()));
-      }
-    }
   }
 }
 

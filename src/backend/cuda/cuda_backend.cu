@@ -412,10 +412,6 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "matmul");
     cuda::matmul(x, w, out);
   }
-  void silu_mul_matmul(Tensor gate, const Tensor& up, const Weight& w, Tensor out) override {
-    Timed timed(timer_, "silu_mul_matmul");
-    cuda::silu_mul_matmul(gate, up, w, out);
-  }
   void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
     Timed timed(timer_, "gather_columns");
     cuda::gather_columns(x, index, out);

@@ -326,8 +326,6 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
-  check(p.xu == nullptr || silu_fusable(p, elt, max_rows), ErrorKind::internal,
-        "matmul: fused silu activations outside the decode kernel");
   p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);
@@ -384,17 +382,6 @@ void describe_weight(const Weight& w, Params& p) {
   }
 }
 
-bool silu_fusable(const Params& p, Elt elt, int64_t max_rows) {
-  return max_rows <= 8 && mma_supports(p, elt);
-}
-
-bool describe_x_up(const Tensor& up, Params& p) {
-  if (up.stride[1] != 1 || up.stride[0] != p.ldx) return false;
-  if (p.vec_x && reinterpret_cast<uintptr_t>(up.data) % 16 != 0) return false;
-  p.xu = up.ptr<float>();
-  return true;
-}
-
 void describe_x(const Tensor& x, Params& p) {
   check(x.stride[1] == 1, ErrorKind::internal, "matmul: x rows must be contiguous");
   p.x = x.ptr<float>();
@@ -403,27 +390,6 @@ void describe_x(const Tensor& x, Params& p) {
 }
 
 }  // namespace mm
-
-void silu_mul_matmul(Tensor gate, const Tensor& up, const Weight& w, Tensor out) {
-  const int64_t m = gate.shape[0];
-  check(up.shape[0] == m && up.shape[1] == gate.shape[1] && w.cols() == gate.shape[1],
-        ErrorKind::internal, "silu_mul_matmul: shapes");
-  check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
-        "silu_mul_matmul: output is " + out.shape_string());
-  mm::Params p{};
-  mm::describe_weight(w, p);
-  mm::describe_x(gate, p);
-  const Elt elt = elt_of(w.w.dtype);
-  if (!mm::silu_fusable(p, elt, m) || !mm::describe_x_up(up, p)) {
-    silu_mul(gate, up, gate);
-    return matmul(gate, w, out);
-  }
-  p.out = out.ptr<float>();
-  p.ldo = out.stride[0];
-  p.M = m;
-  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
-  mm::run(p, elt, false, m, 1);
-}
 
 void matmul(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0];

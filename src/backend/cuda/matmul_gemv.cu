@@ -81,21 +81,6 @@ struct Gemv {
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
 
-// Four activations at offset `off` of x (16-byte aligned when vec_x): as stored, or with xu,
-// silu(x) * xu as silu_mul computes them (the same bits as the product stored, then read).
-__device__ __forceinline__ float4 load_x4(const Params& p, int64_t off) {
-  auto load = [&](const float* s) {
-    return p.vec_x ? __ldg(reinterpret_cast<const float4*>(s))
-                   : make_float4(__ldg(s), __ldg(s + 1), __ldg(s + 2), __ldg(s + 3));
-  };
-  float4 f = load(p.x + off);
-  if (p.xu != nullptr) {
-    const float4 u = load(p.xu + off);
-    f = make_float4(silu_f(f.x) * u.x, silu_f(f.y) * u.y, silu_f(f.z) * u.z, silu_f(f.w) * u.w);
-  }
-  return f;
-}
-
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
 // tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
@@ -247,7 +232,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         at[b] = i < items ? 3 * r * pitch + 2 * q : -1;
         const int64_t xr = i < items ? x_row_of(r) : -1;
         f[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (xr >= 0 && 4 * q < span) f[b] = load_x4(p, xr * p.ldx + k_first + 4 * q);
+        if (xr >= 0 && 4 * q < span) {
+          const float* src = p.x + xr * p.ldx + k_first + 4 * q;
+          f[b] = p.vec_x ? __ldg(reinterpret_cast<const float4*>(src))
+                         : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+        }
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -272,15 +261,24 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const uint4* xs_lane =
       reinterpret_cast<const uint4*>(reinterpret_cast<const uint32_t*>(smem + S::kSmem) +
                                      (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
-  const int64_t xo = (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
+  const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
   auto load_x = [&](int k0, float(&v)[S::kXPerStage]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int kk = k0 + u * KC;
       const bool ok = xrow >= 0 && kk + t * VE < span;
+      const float* src = xp + (ok ? kk : 0);
 #pragma unroll
       for (int e = 0; e < VE; e += 4) {
-        const float4 f = ok ? load_x4(p, xo + kk + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ok) {
+          if (p.vec_x) {
+            f = __ldg(reinterpret_cast<const float4*>(src + e));
+          } else {
+            f = make_float4(__ldg(src + e), __ldg(src + e + 1), __ldg(src + e + 2),
+                            __ldg(src + e + 3));
+          }
+        }
         v[u * VE + e] = f.x;
         v[u * VE + e + 1] = f.y;
         v[u * VE + e + 2] = f.z;

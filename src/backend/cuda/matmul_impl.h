@@ -22,9 +22,6 @@ struct Params {
   int64_t scale_ld, block_rows, block_cols;
   const float* x;
   int64_t ldx;
-  // With xu (the decode kernel only: up to 8 rows), the activations are silu(x) * xu, xu with
-  // x's row pitch: the SwiGLU's product, computed as silu_mul does, fused into the load.
-  const float* xu;
   float* out;
   int64_t ldo;
   int64_t M;  // rows of x (plain) or of out (grouped: tokens * k)
@@ -116,10 +113,6 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);
-// Whether a product of up to max_rows rows may take its activations as silu(x) * xu (the
-// decode kernel takes it), and xu's description (false when up's layout does not match x's).
-bool silu_fusable(const Params& p, Elt elt, int64_t max_rows);
-bool describe_x_up(const Tensor& up, Params& p);
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),

@@ -212,13 +212,11 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor gt(gate_up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
-  // up: the SwiGLU's up half, for a down projection that takes silu(in) * up as it loads.
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, const Tensor* up = nullptr) {
+                     int64_t ldo) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
-    if (up) check(mm::describe_x_up(*up, p), ErrorKind::internal, "moe: up half layout");
     p.out = dst;
     p.ldo = ldo;
     p.M = pairs;
@@ -238,15 +236,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
     grouped(experts.up[0], tab.up, x, static_cast<int>(k), ut.ptr<float>(), 2 * I);
   }
-  // Up to 8 tokens, the down projection (the decode kernel) takes silu(gate) * up as it loads
-  // its activations: no silu_mul launch. The same bits as the product stored, then read.
-  Params probe{};
-  mm::describe_weight(experts.down[0], probe);
-  mm::describe_x(gt, probe);
-  const bool fuse =
-      mm::silu_fusable(probe, elt_of(experts.down[0].w.dtype), T) && mm::describe_x_up(ut, probe);
-  if (!fuse) silu_mul(gt, ut, gt);
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, fuse ? &ut : nullptr);
+  silu_mul(gt, ut, gt);
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
              weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),
              ld(out));

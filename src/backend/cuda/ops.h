@@ -25,7 +25,6 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Te
 
 // matmul.cu
 void matmul(const Tensor& x, const Weight& w, Tensor out);
-void silu_mul_matmul(Tensor gate, const Tensor& up, const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out);

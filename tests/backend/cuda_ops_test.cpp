@@ -295,19 +295,6 @@ TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
   std::vector<float> alone = download(last);
   EXPECT_EQ(
       std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0);
-
-  // So does it when the page table is so wide (4000 pages: 4000 splits) that the splits' scales
-  // do not fit the CTA's shared memory, and a merge kernel merges them instead of the last CTA.
-  const int64_t wide = 4000;
-  std::vector<int32_t> wide_table(wide, 0);
-  std::copy(table.begin(), table.end(), wide_table.begin());
-  one.max_pages = wide;
-  one.page_table = upload(wide_table.data(), DType::i32, {wide});
-  gpu->attention(all.qd.slice_rows(T - 1, T), heads, all.kd, all.vd, 0.125f, one, last);
-  alone = download(last);
-  EXPECT_EQ(
-      std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0)
-      << "merged by the merge kernel";
 }
 
 // Prefill launches take blocks of consecutive tokens of one sequence per CTA (the register-tiled

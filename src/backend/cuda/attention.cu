@@ -3,8 +3,7 @@
 // A token's keys are cut into fixed splits of kSplit absolute positions. One CTA per (token,
 // KV head, split) runs an online softmax over its split, one warp per query head of the group,
 // sharing each 32-key tile of K and V through shared memory (prefill: blocks of tokens per CTA,
-// attention_tiled.cu). The splits of each (token, head) are merged in split order, at decode by
-// the split CTA that finishes last (fold_splits), in prefill by a merge kernel: the same bits.
+// attention_tiled.cu); a second kernel merges the splits of each (token, head) in split order.
 // Split boundaries depend only on positions, so a token's output does not depend on the batch
 // it came in or on how its prompt was chunked.
 #include <algorithm>
@@ -35,118 +34,6 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   const int64_t dst = ((pg * kv_heads + h) * page + off) * hd + d;
   kp[dst] = kv;
   vp[dst] = vv;
-}
-
-// Dimensions [d0, d0 + 32) of one (token, head), lane d0 + lane, from its n splits at base
-// ([split][hd + 2]: acc..., max, sum): the largest of the splits' maxima first (exact in any
-// order), then every split's sums scaled to it and added in split order, normalised at the end.
-// An output element's operations do not depend on how the dimensions are shared among warps.
-// The splits' values are loaded kBatch at a time into registers before any is used (the first
-// batch before the maximum's reduction), so a batch costs one round trip, not one per split;
-// through L2 (__ldcg: other CTAs wrote them).
-__device__ __forceinline__ void merge_splits(const float* base, int n, int64_t hd, int64_t d0,
-                                             int lane, float* out_row) {
-  constexpr int kBatch = 16;
-  const int64_t d = d0 + lane;
-  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
-  float mv[kBatch], lv[kBatch], ov[kBatch];
-  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
-#pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
-      mv[q] = __ldcg(ps + hd);
-      lv[q] = __ldcg(ps + hd + 1);
-      ov[q] = __ldcg(ps + dd);
-    }
-  };
-  load(0);
-  float M = -INFINITY;
-  for (int s = lane; s < n; s += 32) M = fmaxf(M, __ldcg(base + s * (hd + 2) + hd));
-  M = warp_max(M);
-  float o = 0.0f, L = 0.0f;
-  for (int s0 = 0; s0 < n; s0 += kBatch) {
-    if (s0 > 0) load(s0);
-#pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      if (s0 + q < n) {
-        const float b = expf(mv[q] - M);
-        L = fmaf(lv[q], b, L);
-        o = fmaf(ov[q], b, o);
-      }
-    }
-  }
-  if (d < hd) out_row[d] = o * (1.0f / L);
-}
-
-// The merge of one (token, KV head)'s splits by the split CTA that finished last: per output,
-// merge_splits's arithmetic exactly (the largest maximum, each split scaled by expf(m - M), the
-// sums in split order, normalised at the end), so the bits are the merge kernel's; the work is
-// cut for one CTA. Warp w puts head w's scales and sums in shared memory and adds its L; then
-// each thread takes outputs threadIdx.x + k * blockDim.x of the group's [group][hd] and adds the
-// splits kB at a time, every load of a batch in flight: n / kB round trips to L2 in all (the
-// merge function, run by one warp per head 32 dimensions at a time, took hd / 32 * (n / 16 + 1),
-// which made the fold slower than the merge kernel it replaced). sm holds group * (2n + 1)
-// floats (checked at launch).
-template <int kB, int kPer>
-__device__ __forceinline__ void fold_splits(const AttnParams& p, int64_t t, int64_t kvh, int n,
-                                            float* sm) {
-  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t hd = p.hd, row = hd + 2, total = group * hd;
-  const float* heads = p.partial + ((t - p.t_begin) * p.heads + kvh * group) * p.max_splits * row;
-  float* sums = sm + 2 * group * n;  // [group]; before it [group][scales n, sums n]
-  {
-    float* sc = sm + 2 * warp * n;
-    float* ls = sc + n;
-    const float* base = heads + warp * p.max_splits * row;
-    float M = -INFINITY;
-    for (int s = lane; s < n; s += 32) {
-      const float m = __ldcg(base + s * row + hd);
-      ls[s] = __ldcg(base + s * row + hd + 1);
-      sc[s] = m;
-      M = fmaxf(M, m);
-    }
-    M = warp_max(M);
-    for (int s = lane; s < n; s += 32) sc[s] = expf(sc[s] - M);
-    __syncwarp();
-    float L = 0.0f;
-    for (int s = 0; s < n; ++s) L = fmaf(ls[s], sc[s], L);
-    if (lane == 0) sums[warp] = L;
-  }
-  __syncthreads();
-  const float* src[kPer];
-  const float* scale[kPer];
-  float o[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int64_t i = threadIdx.x + k * blockDim.x, g = i < total ? i / hd : 0;
-    src[k] = heads + g * p.max_splits * row + (i < total ? i % hd : 0);
-    scale[k] = sm + 2 * g * n;
-    o[k] = 0.0f;
-  }
-  for (int s0 = 0; s0 < n; s0 += kB) {
-    float v[kB][kPer];
-#pragma unroll
-    for (int q = 0; q < kB; ++q) {
-      const int s = min(s0 + q, n - 1);  // (past n: loaded, not used)
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) v[q][k] = __ldcg(src[k] + s * row);
-    }
-#pragma unroll
-    for (int q = 0; q < kB; ++q) {
-      if (s0 + q < n) {
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) o[k] = fmaf(v[q][k], scale[k][s0 + q], o[k]);
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int64_t i = threadIdx.x + k * blockDim.x;
-    if (i < total) {
-      const int64_t g = i / hd;
-      p.out[t * p.ldo + (kvh * group + g) * hd + i % hd] = o[k] * (1.0f / sums[g]);
-    }
-  }
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
@@ -265,32 +152,55 @@ __global__ void attention_split_kernel(AttnParams p) {
     out[hd] = m_run;
     out[hd + 1] = l_run;
   }
-  if (p.counters == nullptr) return;
-  // The last of the token's splits to finish (for this KV head) merges the group's heads: no
-  // merge kernel.
-  const int n = static_cast<int>(qpos / kSplit) + 1;
-  if (!last_to_finish(p.counters + (t - p.t_begin) * p.kv_heads + kvh, n)) return;
-  if (hd <= 128) {
-    fold_splits<16, 4>(p, t, kvh, n, sm);
-  } else {
-    fold_splits<8, 8>(p, t, kvh, n, sm);
-  }
 }
 
-// One warp per (token, head, 32 dimensions), for launches whose splits do not merge
-// themselves (the tiled prefill kernel's).
+// One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
+// in any order), then every split's sums scaled to it and added in split order, normalised at
+// the end. Each lane owns one dimension (an output element's operations are those of any other
+// split of the dimensions among warps). The splits' values are loaded kBatch at a time into
+// registers before any of them is used (the first batch before the maximum's reduction), so a
+// batch costs one round trip, not one per split.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
+  constexpr int kBatch = 16;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
+  const int64_t d = (w % groups) * 32 + lane;
   const int n = static_cast<int>(pos[t] / kSplit) + 1;
-  merge_splits(partial + (tl * heads + h) * max_splits * (hd + 2), n, hd, (w % groups) * 32, lane,
-               out + t * ldo + h * hd);
+  const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
+  const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
+  float mv[kBatch], lv[kBatch], ov[kBatch];
+  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
+      mv[q] = ps[hd];
+      lv[q] = ps[hd + 1];
+      ov[q] = ps[dd];
+    }
+  };
+  load(0);
+  float M = -INFINITY;
+  for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
+  M = warp_max(M);
+  float o = 0.0f, L = 0.0f;
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    if (s0 > 0) load(s0);
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      if (s0 + q < n) {
+        const float b = expf(mv[q] - M);
+        L = fmaf(lv[q], b, L);
+        o = fmaf(ov[q], b, o);
+      }
+    }
+  }
+  if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
 }
 
 }  // namespace
@@ -344,9 +254,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const size_t smem = smem_for(stages);
   check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
-  // The per-token kernel merges its own splits where its shared memory holds the fold's scales
-  // (fold_splits; always but for contexts of ~100k tokens and more with large groups).
-  const bool fold = static_cast<size_t>(group * (2 * max_splits + 1)) * sizeof(float) <= smem;
   // Tokens per launch: bounded so the split partials stay under 256 MiB.
   const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
   const int64_t chunk =
@@ -379,19 +286,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
-    auto merge = [&] {
-      launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
-                 partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-                 out.ptr<float>(), ld(out));
-      launched("attention_merge_kernel");
-    };
     if (qb > 0) {
       tiled_launch(p, block_start->as<int32_t>());
-      merge();
     } else {
-      if (fold) p.counters = tile_counters(static_cast<size_t>(n * kv_heads));
-      p.out = out.ptr<float>();
-      p.ldo = ld(out);
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
       const unsigned threads = static_cast<unsigned>(group * 32);
@@ -403,8 +300,11 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
         launch_pdl(attention_split_kernel<1>, grid, threads, smem, p);
       }
       launched("attention_split_kernel");
-      if (!fold) merge();
     }
+    launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
+               partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
+               out.ptr<float>(), ld(out));
+    launched("attention_merge_kernel");
   }
 }
 

@@ -33,12 +33,6 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
-  // Per-token kernel: with counters (one per token of the launch and KV head), the last split
-  // of a (token, KV head) to finish merges its heads into out itself; without, the merge
-  // kernel does.
-  int* counters;
-  float* out;
-  int64_t ldo;
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens

@@ -256,9 +256,9 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float ang, float
   y2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
 }
 
-// Split-parallel launches (the matmuls' split-K, attention's splits): after every thread of
-// the CTA has stored its partial sums, true in the CTA that finished its tile last, which then
-// adds the tile's splits in split order (and leaves the counter at zero for the next launch).
+// Split-parallel launches (the matmuls' split-K): after every thread of the CTA has stored its
+// partial sums, true in the CTA that finished its tile last, which then adds the tile's splits
+// in split order (and leaves the counter at zero for the next launch).
 // No static shared memory (the answer travels by __syncthreads_or): a kernel that asks for the
 // GPU's whole opt-in shared memory as dynamic memory could not have any, and static memory
 // would shift its dynamic memory off the 128-byte line its cp.async copies need.

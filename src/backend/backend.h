@@ -141,6 +141,25 @@ class Backend {
   // Attention over paged KV. Pages are [num_pages, kv_heads, page_size, head_dim].
   virtual void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
                         const BatchLayout& layout) = 0;
+  // What an attention layer does before attending, in place: every head of q [T, heads * hd]
+  // and of k [T, kv_heads * hd] normalised (rmsnorm with q_norm / k_norm, head_dim weights),
+  // the rotary embedding of both, then k and v stored into the pages. The default runs
+  // rmsnorm, rope and store_kv; a GPU does it all in one kernel, with the same bits.
+  struct AttentionPrep {
+    int64_t heads, kv_heads, head_dim, rot_dim;
+    double theta;
+    float eps;
+    bool zero_centred;
+  };
+  virtual void attention_prep(Tensor q, Tensor k, const Tensor& v, const Tensor& q_norm,
+                              const Tensor& k_norm, const AttentionPrep& a, Tensor k_pages,
+                              Tensor v_pages, const BatchLayout& layout) {
+    rmsnorm(q, q_norm, a.eps, a.zero_centred, q);
+    rmsnorm(k, k_norm, a.eps, a.zero_centred, k);
+    rope(q, a.heads, a.head_dim, a.rot_dim, a.theta, layout);
+    rope(k, a.kv_heads, a.head_dim, a.rot_dim, a.theta, layout);
+    store_kv(k, v, k_pages, v_pages, layout);
+  }
   // Causal GQA attention of every token over positions [0, its own]; q and out [T, heads*hd].
   virtual void attention(const Tensor& q, int64_t heads, const Tensor& k_pages,
                          const Tensor& v_pages, float scale, const BatchLayout& layout,

@@ -57,13 +57,12 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
     q = columns(q_proj, 0, nh * hd);
     gate = columns(q_proj, nh * hd, nh * hd);
   }
-  be.rmsnorm(q, w.q_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, q);
-  be.rmsnorm(k, w.k_norm, static_cast<float>(c.rms_norm_eps), c.zero_centred_norm, k);
-  be.rope(q, nh, hd, c.rotary_dim, c.rope_theta, layout);
-  be.rope(k, nkv, hd, c.rotary_dim, c.rope_theta, layout);
   const Tensor& kp = state.k_pages.at(state_index);
   const Tensor& vp = state.v_pages.at(state_index);
-  be.store_kv(k, v, kp, vp, layout);
+  be.attention_prep(q, k, v, w.q_norm, w.k_norm,
+                    {nh, nkv, hd, c.rotary_dim, c.rope_theta, static_cast<float>(c.rms_norm_eps),
+                     c.zero_centred_norm},
+                    kp, vp, layout);
   OwnedTensor att = scratch(be, T, nh * hd);
   be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
                att.tensor);
@@ -72,8 +71,7 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
 }
 
 void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const Tensor& xn,
-              const BatchLayout& layout, const StateViews& state, int64_t state_index,
-              Tensor out) {
+              const BatchLayout& layout, const StateViews& state, int64_t state_index, Tensor out) {
   const int64_t T = xn.shape[0], nv = c.linear_value_heads, dv = c.linear_value_dim;
   const int64_t conv_dim = c.gdn_conv_dim(), value_dim = nv * dv;
   // qkvz: [q heads | k heads | v heads | z heads]; ba: [b heads | a heads]. Both are used
@@ -103,8 +101,8 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
               conv_out.tensor);
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
-  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log,
-                    w.dt_bias, shape, state.ssm.at(state_index), layout, core.tensor);
+  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log, w.dt_bias,
+                    shape, state.ssm.at(state_index), layout, core.tensor);
   be.gated_rmsnorm(core.tensor, columns(qkvz, conv_dim, value_dim), w.norm,
                    static_cast<float>(c.rms_norm_eps), core.tensor);
   be.matmul(core.tensor, w.out, out);
@@ -134,7 +132,8 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E);
   be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
   const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;
-  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()), weights = scratch(be, T, k);
+  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()),
+              weights = scratch(be, T, k);
   be.moe_route(logits, k, c.norm_topk_prob, ids.tensor, weights.tensor);
   const int64_t held = static_cast<int64_t>(w.experts.gate.size());
   if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
@@ -156,12 +155,21 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   }
 }
 
-void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
-                   const BatchLayout& layout, const StateViews& state, Communicator* comm) {
+namespace {
+// One layer up to its FFN output, which it leaves in ffn_out instead of adding it to x.
+// `pending`, when given, is the previous layer's: it joins x in the same op as this layer's
+// input norm (Backend::add_rmsnorm, the bits of the add and the norm).
+void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                const BatchLayout& layout, const StateViews& state, Communicator* comm,
+                const Tensor* pending, Tensor ffn_out) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
   OwnedTensor xn = scratch(be, T, H), y = scratch(be, T, H);
-  be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  if (pending) {
+    be.add_rmsnorm(x, *pending, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  } else {
+    be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+  }
   if (w.mixer == MixerKind::attention) {
     attention(c, w.attn, be, xn.tensor, layout, state, w.state_index, y.tensor);
   } else {
@@ -170,11 +178,31 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
   sum_over_ranks(comm, y.tensor);
   be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
   if (w.ffn == FfnKind::moe) {
-    moe(c, w.moe, be, xn.tensor, y.tensor);
+    moe(c, w.moe, be, xn.tensor, ffn_out);
   } else {
-    mlp(w.mlp, be, xn.tensor, y.tensor);
+    mlp(w.mlp, be, xn.tensor, ffn_out);
   }
-  sum_over_ranks(comm, y.tensor);
+  sum_over_ranks(comm, ffn_out);
+}
+}  // namespace
+
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
+                   const BatchLayout& layout, const StateViews& state, Communicator* comm) {
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
+  layer_body(c, w, be, x, layout, state, comm, nullptr, y.tensor);
+  be.add(x, y.tensor);
+}
+
+void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layers, Backend& be,
+                    Tensor x, const BatchLayout& layout, const StateViews& state,
+                    Communicator* comm) {
+  if (layers.empty()) return;
+  // One buffer serves every layer: a layer's FFN writes it after its input norm has read the
+  // previous layer's output from it (one stream, in order).
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layer_body(c, layers[i], be, x, layout, state, comm, i > 0 ? &y.tensor : nullptr, y.tensor);
+  }
   be.add(x, y.tensor);
 }
 

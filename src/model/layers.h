@@ -16,6 +16,13 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
                    const BatchLayout& layout, const StateViews& state,
                    Communicator* comm = nullptr);
 
+// Every layer in order, as decoder_layer each, except that a layer's FFN output joins x in the
+// next layer's input norm (Backend::add_rmsnorm: one op instead of an add and a norm, the same
+// bits).
+void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layers, Backend& be,
+                    Tensor x, const BatchLayout& layout, const StateViews& state,
+                    Communicator* comm = nullptr);
+
 void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, const Tensor& xn,
                const BatchLayout& layout, const StateViews& state, int64_t state_index,
                Tensor out);

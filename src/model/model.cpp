@@ -383,9 +383,7 @@ void Model::forward(std::span<const SequenceInput> seqs, const StateViews& state
     auto step = [&](const Tensor& ids, const BatchLayout& layout, Tensor logits) {
       OwnedTensor x = make_uninit_tensor(DType::f32, {layout.num_tokens, H}, dev);
       be.embedding(weights_.embed, ids, x.tensor);
-      for (const LayerWeights& l : weights_.layers) {
-        layers::decoder_layer(config_, l, be, x.tensor, layout, state);
-      }
+      layers::decoder_layers(config_, weights_.layers, be, x.tensor, layout, state);
       be.rmsnorm(x.tensor, weights_.final_norm, static_cast<float>(config_.rms_norm_eps),
                  config_.zero_centred_norm, x.tensor);
       be.matmul(x.tensor, weights_.lm_head, logits);
@@ -431,9 +429,8 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
 
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
   embed(tokens, x.tensor);
-  for (const LayerWeights& l : weights_.layers) {
-    layers::decoder_layer(layer_config(), l, be, x.tensor, ls.layout, state, layer_comm());
-  }
+  layers::decoder_layers(layer_config(), weights_.layers, be, x.tensor, ls.layout, state,
+                         layer_comm());
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
   project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows, options,
                tp_.get(), out);

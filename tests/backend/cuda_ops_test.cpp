@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/device_memory.h"
 #include "core/numeric.h"
+#include "support/cuda_fixture.h"
 #include "support/moe_blocks.h"
 #include "support/random.h"
 
@@ -20,29 +21,11 @@ namespace {
 
 using test::randn;
 
-class CudaOps : public testing::Test {
+class CudaOps : public test::CudaFixture {
  public:
-  void SetUp() override {
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU";
-    gpu = make_cuda_backend();
-    cpu = make_cpu_backend();
-  }
-  // A device copy of host bytes, kept alive by the fixture.
-  Tensor upload(const void* data, DType dtype, std::initializer_list<int64_t> dims) {
-    Tensor shape(nullptr, dtype, dims, Device::cuda);
-    keep.push_back(std::make_unique<Buffer>(std::max<size_t>(shape.nbytes(), 4), Device::cuda));
-    shape.data = keep.back()->data();
-    copy_from_host(data, shape);
-    return shape;
-  }
   Tensor device_f32(int64_t rows, int64_t cols) {
     std::vector<float> zeros(rows * cols, 0.0f);
     return upload(zeros.data(), DType::f32, {rows, cols});
-  }
-  static std::vector<float> download(const Tensor& t) {
-    std::vector<float> v(t.numel());
-    copy_to_host(t, v.data());
-    return v;
   }
   static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());
@@ -116,9 +99,6 @@ class CudaOps : public testing::Test {
     return b;
   }
   void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
-
-  std::unique_ptr<Backend> gpu, cpu;
-  std::vector<std::unique_ptr<Buffer>> keep;
 };
 
 // Weights of one dtype on both devices (fp8 with 128 x 128 block scales).

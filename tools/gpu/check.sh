@@ -6,7 +6,8 @@
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it), kernel (Nsight Compute's
-# full sections for one kernel of the decode step: KERNEL, SKIP).
+# full sections for one kernel of the decode step: KERNEL, SKIP), splits (the 80B with the
+# expert products' split target swept: GROUPED="264 128 64 32").
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -36,7 +37,7 @@ stage_tests() {
 
 stage_sanitize() {
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter='CudaOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
+    --gtest_filter='CudaOps*:CudaFusedOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
   echo "compute-sanitizer ops: rc=$? $(tail -1 "$OUT/sanitize_ops.log")"
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/model_tests \
     --gtest_filter='*GoldenTest*qwen3_next_recurrent_cuda:*GoldenTest*qwen3_fp8_recurrent_cuda' \
@@ -148,6 +149,15 @@ stage_kernel() {
     "$OUT/kernel_details.txt" | head -40
 }
 
+# The 80B decode with the grouped (expert) products' split target swept
+# (HIBANA_CUDA_GROUPED_SPLIT_TILES; 264 is the default).
+stage_splits() {
+  for g in ${GROUPED:-264 128 64 32}; do
+    echo "== grouped split tiles $g"
+    HIBANA_CUDA_GROUPED_SPLIT_TILES=$g bench_decode qwen3-next-80b-a3b fp8 400 | grep -A4 "batch  context"
+  done
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -183,6 +193,7 @@ for s in "$@"; do
     stream) stage_stream ;;
     alone) stage_alone ;;
     kernel) stage_kernel ;;
+    splits) stage_splits ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

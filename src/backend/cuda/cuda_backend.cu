@@ -442,6 +442,15 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "store_kv");
     cuda::store_kv(k, v, k_pages, v_pages, layout);
   }
+  void attention_prep(Tensor q, Tensor k, const Tensor& v, const Tensor& q_norm,
+                      const Tensor& k_norm, const AttentionPrep& a, Tensor k_pages,
+                      Tensor v_pages, const BatchLayout& layout) override {
+    if (!cuda::attention_prep_fits(q, k, v, q_norm, k_norm, a, k_pages)) {
+      return Backend::attention_prep(q, k, v, q_norm, k_norm, a, k_pages, v_pages, layout);
+    }
+    Timed timed(timer_, "attention_prep");
+    cuda::attention_prep(q, k, v, q_norm, k_norm, a, k_pages, v_pages, layout);
+  }
   void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
                  float scale, const BatchLayout& layout, Tensor out) override {
     Timed timed(timer_, "attention");

@@ -51,7 +51,7 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
   float ss = 0.0f;
   for (int64_t i = lane; i < G; i += 32) ss = fmaf(xr[i], xr[i], ss);
   ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(G) + eps);
+  const float inv = rms_inverse(ss, static_cast<float>(G), eps);
   float* yr = out + r * ldo + c0;
   constexpr int kChunk = 4;
   for (int64_t i0 = lane; i0 < G; i0 += 32 * kChunk) {
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(256)
   float total = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) total += part[i];
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(G) + eps);
+  const float inv = rms_inverse(total, static_cast<float>(G), eps);
   float* yr = out + r * ldo + c0;
   auto norm = [&](float xi, float wi) {
     return zero_centred ? (xi * inv) * (1.0f + wi) : wi * (xi * inv);
@@ -183,10 +183,10 @@ __global__ void rope_kernel(float* x, int64_t ldx, int64_t T, int64_t heads, int
   float* v = x + t * ldx + h * head_dim;
   const int32_t at = pos[t];
   const float x1 = v[d], x2 = v[d + half];
-  const float ang = static_cast<float>(at) * inv_freq;
-  const float cs = cosf(ang), sn = sinf(ang);
-  v[d] = x1 * cs - x2 * sn;
-  v[d + half] = x2 * cs + x1 * sn;
+  float y1, y2;
+  rotate_pair(x1, x2, static_cast<float>(at) * inv_freq, y1, y2);
+  v[d] = y1;
+  v[d + half] = y2;
 }
 
 // ---- elementwise ------------------------------------------------------------------------------

@@ -24,72 +24,48 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= S * C) return;
   const int64_t s = i / C, c = i % C;
-  if (slots[s] < 0) {  // a padding row of a captured decode batch: no state, zero output
-    for (int64_t t = seq_start[s]; t < seq_start[s + 1]; ++t) out[t * ldo + c] = 0.0f;
+  // The slot and the token range together, a token's input and snapshot slot before its
+  // output is stored (a store could alias them for the compiler).
+  const int32_t slot = slots[s];
+  const int64_t t_first = seq_start[s], t_end = seq_start[s + 1];
+  if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
+    for (int64_t t = t_first; t < t_end; ++t) out[t * ldo + c] = 0.0f;
     return;
   }
   const int W = K - 1;
-  float* st = states + (static_cast<int64_t>(slots[s]) * C + c) * W;
+  float* st = states + (static_cast<int64_t>(slot) * C + c) * W;
   float win[kMaxConvWindow];
   for (int j = 0; j < W; ++j) win[j] = st[j];
   const float* wc = w + c * K;
-  for (int64_t t = seq_start[s]; t < seq_start[s + 1]; ++t) {
+  for (int64_t t = t_first; t < t_end; ++t) {
     const float xv = x[t * ldx + c];
+    const int32_t snap_slot = snaps[t];
     float acc = 0.0f;
     for (int j = 0; j < W; ++j) acc += wc[j] * win[j];
     acc += wc[W] * xv;
     out[t * ldo + c] = silu_f(acc);
     for (int j = 0; j + 1 < W; ++j) win[j] = win[j + 1];
     if (W > 0) win[W - 1] = xv;
-    if (snaps[t] >= 0) {
-      float* snap = states + (static_cast<int64_t>(snaps[t]) * C + c) * W;
+    if (snap_slot >= 0) {
+      float* snap = states + (static_cast<int64_t>(snap_slot) * C + c) * W;
       for (int j = 0; j < W; ++j) snap[j] = win[j];
     }
   }
   for (int j = 0; j < W; ++j) st[j] = win[j];
 }
 
-// One warp per (token, q-or-k, key head): L2-normalised q (times dk^-1/2) and k.
-__global__ void qk_norm_kernel(const float* qkv, int64_t ldq, int64_t T, int64_t nk, int64_t dk,
-                               float qscale, float* qk) {
-  pdl_start();
-  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= T * 2 * nk) return;
-  const int64_t t = w / (2 * nk), part = (w / nk) % 2, g = w % nk;
-  const float* src = qkv + t * ldq + part * nk * dk + g * dk;
-  float ss = 0.0f;
-  for (int64_t d = lane; d < dk; d += 32) ss = fmaf(src[d], src[d], ss);
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss + 1e-6f);
-  float* dst = qk + ((t * 2 + part) * nk + g) * dk;
-  for (int64_t d = lane; d < dk; d += 32)
-    dst[d] = part == 0 ? (src[d] * inv) * qscale : src[d] * inv;
-}
-
 __device__ __forceinline__ float softplus_f(float x) {
   return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// beta = sigmoid(b), decay = exp(-exp(A_log) * softplus(a + dt_bias)), per (token, value head).
-__global__ void gates_kernel(const float* b, int64_t ldb, const float* a, int64_t lda,
-                             const float* A_log, const float* dt_bias, int64_t T, int64_t nv,
-                             float* beta, float* decay) {
-  pdl_start();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * nv) return;
-  const int64_t t = i / nv, h = i % nv;
-  beta[i] = 1.0f / (1.0f + expf(-b[t * ldb + h]));
-  decay[i] = expf(-expf(A_log[h]) * softplus_f(a[t * lda + h] + dt_bias[h]));
-}
-
 struct RecParams {
-  const float* qk;   // [T][2][nk][dk]
-  const float* qkv;  // v at column 2 * nk * dk + h * dv
+  const float* qkv;  // [T][q heads | k heads | v heads]: q at g * dk, k at (nk + g) * dk
   int64_t ldqkv;
-  const float* beta;
-  const float* decay;
-  float* states;  // [slots][nv][dk][dv]
+  const float *b, *a;  // [T][nv]: beta = sigmoid(b), decay from a
+  int64_t ldb, lda;
+  const float *A_log, *dt_bias;  // [nv]
+  float qscale;                  // dk^-1/2
+  float* states;                 // [slots][nv][dk][dv]
   const int32_t* seq_start;
   const int32_t* slots;
   const int32_t* snaps;
@@ -99,38 +75,77 @@ struct RecParams {
 };
 
 // CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows).
+// Per token, before the delta rule, the CTA prepares its inputs itself (once separate kernels,
+// with the same operations): warp 0 L2-normalises the key head's q (times dk^-1/2), warp 1 its
+// k, into shared memory; thread 64 takes the gates, beta = sigmoid(b) and decay =
+// exp(-exp(A_log) * softplus(a + dt_bias)). Every load of a token is issued before the barrier
+// that frees the shared arrays, so a token costs one round trip to memory.
 __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p) {
-  pdl_start();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
-  if (p.slots[s] < 0) {  // a padding row of a captured decode batch: no state, zero output
+  const float ea = expf(p.A_log[h]), dt_bias = p.dt_bias[h];  // constants: before the wait
+  pdl_start();
+  const int32_t slot = p.slots[s];
+  const int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
+  if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
     if (quarter == 0 && c < p.dv)
-      for (int64_t t = p.seq_start[s]; t < p.seq_start[s + 1]; ++t)
-        p.out[t * p.ldo + h * p.dv + c] = 0.0f;
+      for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * p.dv + c] = 0.0f;
     return;
   }
   const int64_t dk = p.dk, dv = p.dv, g = h / (p.nv / p.nk);
   const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
   const int64_t r0 = quarter * rows_per;
   const bool active = c < dv;
-  __shared__ float qsh[128], ksh[128], red[kQuarters][kCols];
+  __shared__ float qsh[128], ksh[128], red[kQuarters][kCols], gate[2];
 
-  float* S = p.states + (static_cast<int64_t>(p.slots[s]) * p.nv + h) * dk * dv;
+  float* S = p.states + (static_cast<int64_t>(slot) * p.nv + h) * dk * dv;
   float st[kMaxRows];
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) {
     const int64_t i = r0 + r;
     st[r] = active && r < rows_per && i < dk ? S[i * dv + c] : 0.0f;
   }
-  for (int64_t t = p.seq_start[s]; t < p.seq_start[s + 1]; ++t) {
-    __syncthreads();
-    for (int64_t d = threadIdx.x; d < dk; d += blockDim.x) {
-      qsh[d] = p.qk[((t * 2 + 0) * p.nk + g) * dk + d];
-      ksh[d] = p.qk[((t * 2 + 1) * p.nk + g) * dk + d];
+  constexpr int kPerLane = kQuarters * kMaxRows / 32;  // q or k values per lane (dk <= 128)
+  for (int64_t t = t_first; t < t_end; ++t) {
+    const float* row = p.qkv + t * p.ldqkv;
+    float xv[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      xv[i] = warp < 2 && d < dk ? row[(warp * p.nk + g) * dk + d] : 0.0f;
+    }
+    const float bv = threadIdx.x == 64 ? p.b[t * p.ldb + h] : 0.0f;
+    const float av = threadIdx.x == 64 ? p.a[t * p.lda + h] : 0.0f;
+    const float v = active ? row[2 * p.nk * dk + h * dv + c] : 0.0f;
+    const int32_t snap_slot = p.snaps[t];
+    __syncthreads();  // the previous token is done with the shared arrays
+    if (warp < 2) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        if (lane + 32 * i < dk) ss = fmaf(xv[i], xv[i], ss);
+      }
+      ss = warp_sum(ss);
+      const float inv = 1.0f / sqrtf(ss + 1e-6f);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int64_t d = lane + 32 * i;
+        if (d >= dk) continue;
+        if (warp == 0) {
+          qsh[d] = (xv[i] * inv) * p.qscale;
+        } else {
+          ksh[d] = xv[i] * inv;
+        }
+      }
+    }
+    if (threadIdx.x == 64) {
+      gate[0] = expf(-ea * softplus_f(av + dt_bias));
+      gate[1] = 1.0f / (1.0f + expf(-bv));
     }
     __syncthreads();
-    const float alpha = p.decay[t * p.nv + h], beta = p.beta[t * p.nv + h];
+    const float alpha = gate[0], beta = gate[1];
     float part = 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
@@ -145,7 +160,6 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
     float kv = 0.0f;
 #pragma unroll
     for (int qd = 0; qd < kQuarters; ++qd) kv += red[qd][col];
-    const float v = active ? p.qkv[t * p.ldqkv + 2 * p.nk * dk + h * dv + c] : 0.0f;
     const float delta = (v - kv) * beta;
     float o = 0.0f;
 #pragma unroll
@@ -165,8 +179,8 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
       for (int qd = 0; qd < kQuarters; ++qd) sum += red[qd][col];
       p.out[t * p.ldo + h * dv + c] = sum;
     }
-    if (p.snaps[t] >= 0 && active) {
-      float* snap = p.states + (static_cast<int64_t>(p.snaps[t]) * p.nv + h) * dk * dv;
+    if (snap_slot >= 0 && active) {
+      float* snap = p.states + (static_cast<int64_t>(snap_slot) * p.nv + h) * dk * dv;
 #pragma unroll
       for (int r = 0; r < kMaxRows; ++r) {
         const int64_t i = r0 + r;
@@ -207,31 +221,26 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
   check(qkv.shape[1] == 2 * nk * dk + nv * dv, ErrorKind::internal, "gdn: qkv width");
   check(dk <= kQuarters * kMaxRows, ErrorKind::unsupported, "CUDA gdn: key_dim above 128");
   if (T == 0) return;
-  Scratch qk(static_cast<size_t>(T * 2 * nk * dk) * sizeof(float));
-  Scratch gates(static_cast<size_t>(2 * T * nv) * sizeof(float));
-  float* beta = gates.as<float>();
-  float* decay = beta + T * nv;
-  launch_pdl(qk_norm_kernel, blocks_for(T * 2 * nk * 32, 256), 256, 0, qkv.ptr<float>(), ld(qkv), T,
-             nk, dk, static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))), qk.as<float>());
-  launched("qk_norm_kernel");
-  launch_pdl(gates_kernel, blocks_for(T * nv, 256), 256, 0, b.ptr<float>(), ld(b), a.ptr<float>(),
-             ld(a), A_log.ptr<float>(), dt_bias.ptr<float>(), T, nv, beta, decay);
-  launched("gates_kernel");
-  RecParams p{qk.as<float>(),
-              qkv.ptr<float>(),
-              ld(qkv),
-              beta,
-              decay,
-              states.ptr<float>(),
-              layout.seq_start.ptr<int32_t>(),
-              layout.state_slot.ptr<int32_t>(),
-              layout.snapshot_slot.ptr<int32_t>(),
-              nk,
-              nv,
-              dk,
-              dv,
-              out.ptr<float>(),
-              ld(out)};
+  RecParams p{};
+  p.qkv = qkv.ptr<float>();
+  p.ldqkv = ld(qkv);
+  p.b = b.ptr<float>();
+  p.ldb = ld(b);
+  p.a = a.ptr<float>();
+  p.lda = ld(a);
+  p.A_log = A_log.ptr<float>();
+  p.dt_bias = dt_bias.ptr<float>();
+  p.qscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  p.states = states.ptr<float>();
+  p.seq_start = layout.seq_start.ptr<int32_t>();
+  p.slots = layout.state_slot.ptr<int32_t>();
+  p.snaps = layout.snapshot_slot.ptr<int32_t>();
+  p.nk = nk;
+  p.nv = nv;
+  p.dk = dk;
+  p.dv = dv;
+  p.out = out.ptr<float>();
+  p.ldo = ld(out);
   dim3 grid(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv),
             static_cast<unsigned>((dv + kCols - 1) / kCols));
   launch_pdl(recurrent_kernel, grid, kCols * kQuarters, 0, p);

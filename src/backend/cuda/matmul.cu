@@ -217,9 +217,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
 
 }  // namespace
 
-// Zeroed tile counters for the split reductions, kept for the life of the program (each
-// reducing CTA leaves its counter at zero again).
-namespace {
+}  // namespace mm
+
 int* tile_counters(size_t count) {
   static std::mutex m;
   static Buffer buf;
@@ -232,7 +231,8 @@ int* tile_counters(size_t count) {
   }
   return static_cast<int*>(buf.data());
 }
-}  // namespace
+
+namespace mm {
 
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups) {
@@ -256,10 +256,16 @@ int64_t knob(const char* name, int64_t fallback) {
 
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU (264
 // tiles of 128 rows, HIBANA_CUDA_SPLIT_TILES), never shorter than 512 elements
-// (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape only.
-int64_t split_length(int64_t N, int64_t K) {
-  static const int64_t tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
+// (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape (and on whether
+// the weight is an expert's) only, never on the batch: every kernel splits a product alike.
+// Grouped (MoE expert) launches read their own tile target, HIBANA_CUDA_GROUPED_SPLIT_TILES
+// (the same 264 unless set): a token's k experts already give a decode step k times the tiles
+// of one matrix, so fewer splits may serve them better (a benchmark knob, like the others).
+int64_t split_length(int64_t N, int64_t K, bool grouped) {
+  static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
+  static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", plain_tiles);
   static const int64_t shortest = knob("HIBANA_CUDA_SPLIT_MIN", 512);
+  const int64_t tiles = grouped ? grouped_tiles : plain_tiles;
   const int64_t n_tiles = (N + 127) / 128;
   const int64_t want = std::max<int64_t>(1, tiles / n_tiles);
   const int64_t most = std::max<int64_t>(1, K / shortest);
@@ -320,7 +326,7 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
-  p.split_len = split_length(p.N, p.K);
+  p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);
   const bool serial = pick_config(max_rows).serial;

@@ -95,19 +95,25 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     if (m >= rows_here || !(i < 2 ? okA : okB)) return -1;
     return kGrouped ? rows[m] : m;
   };
+  // Each sum's output row and column, found once (grouped: read from the row list before any
+  // store, which the compiler would otherwise make it read again).
+  int64_t orow[4], col[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    orow[i] = out_row(i);
+    col[i] = i < 2 ? rA : rB;
+  }
   if (p.splits == 1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int64_t orow = out_row(i);
-      if (orow >= 0) p.out[orow * p.ldo + (i < 2 ? rA : rB)] = total[i];
+      if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = total[i];
     }
     return;
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t orow = out_row(i);
-    if (orow >= 0) {
-      p.partial[(static_cast<int64_t>(my_split) * p.M + orow) * p.N + (i < 2 ? rA : rB)] = total[i];
+    if (orow[i] >= 0) {
+      p.partial[(static_cast<int64_t>(my_split) * p.M + orow[i]) * p.N + col[i]] = total[i];
     }
   }
   const int64_t tile =
@@ -117,16 +123,15 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t orow = out_row(i);
-    if (orow < 0) continue;
-    const int64_t n = i < 2 ? rA : rB;
-    v[i] = __ldcg(p.partial + orow * p.N + n);
-    for (int s = 1; s < p.splits; ++s) v[i] = v[i] + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
+    if (orow[i] < 0) continue;
+    v[i] = __ldcg(p.partial + orow[i] * p.N + col[i]);
+    for (int s = 1; s < p.splits; ++s) {
+      v[i] = v[i] + __ldcg(p.partial + (s * p.M + orow[i]) * p.N + col[i]);
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t orow = out_row(i);
-    if (orow >= 0) p.out[orow * p.ldo + (i < 2 ? rA : rB)] = v[i];
+    if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = v[i];
   }
 }
 

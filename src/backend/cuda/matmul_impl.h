@@ -57,10 +57,13 @@ __device__ __forceinline__ bool not_my_group(const Params& p, int64_t rows) {
 // Rows of x per CTA of the tiled kernel (matmul_tiled.cu).
 constexpr int kTiledTokens = 64;
 
-// The group a grouped launch's slice serves, or -1.
+// The group a grouped launch's slice serves, or -1. Both loads issue at once (active has an
+// entry for every slice; past *n_active it is not used): one round trip, not two, before the
+// group's offsets and matrix can be read.
 __device__ __forceinline__ int group_of_slice(const Params& p) {
   const int z = blockIdx.z;
-  return z < *p.n_active ? p.active[z] : -1;
+  const int n = *p.n_active, g = p.active[z];
+  return z < n ? g : -1;
 }
 
 // The x row and out row of each of a CTA's n token rows from m0 (-1 past the group's rows);
@@ -91,21 +94,6 @@ __device__ __forceinline__ float scale_entry(const Params& p, const void* scale,
 __device__ __forceinline__ float scale_at(const Params& p, const void* scale, int64_t n,
                                           int64_t k) {
   return scale_entry(p, scale, (n / p.block_rows) * p.scale_ld + k / p.block_cols);
-}
-
-// Split-parallel launches: after every thread of the CTA has stored its partial sums, true in
-// the CTA that finished its tile last, which then adds the tile's splits in split order (and
-// leaves the counter at zero for the next launch).
-__device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;
-  return true;
 }
 
 // For a split-parallel launch of tiles of `bn` weight rows x `bm` x rows: the partial sums

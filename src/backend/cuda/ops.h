@@ -39,6 +39,14 @@ void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
 void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
                float scale, const BatchLayout& layout, Tensor out);
 
+// attention_prep.cu: the fused norms, rope and store_kv where the shapes allow it.
+bool attention_prep_fits(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                         const Tensor& k_norm, const Backend::AttentionPrep& a,
+                         const Tensor& k_pages);
+void attention_prep(Tensor q, Tensor k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                    const Backend::AttentionPrep& a, Tensor k_pages, Tensor v_pages,
+                    const BatchLayout& layout);
+
 // gdn.cu
 void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
               Tensor out);

@@ -14,6 +14,7 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxK = 256;
+static_assert(kWarps == 32, "the block scan takes one warp of warp totals");
 
 // Unsigned keys in the order of the floats (-0 as +0, so that equal floats have equal keys).
 __device__ __forceinline__ uint32_t key_of(float x) {
@@ -48,7 +49,7 @@ struct Shared {
   float value[kMaxK];
   int32_t id[kMaxK];
   uint32_t bin, above;  // the select's digit and the count above it
-  int taken_gt, taken_eq;
+  int taken_gt;
 };
 
 __global__ void __launch_bounds__(kThreads)
@@ -64,8 +65,9 @@ __global__ void __launch_bounds__(kThreads)
   // The maximum (the lowest index among equals).
   uint32_t bk = 0;
   int32_t bi = INT32_MAX;
+#pragma unroll 8
   for (int64_t v = t; v < V; v += kThreads) {
-    const uint32_t kv = key_of(l[v]);
+    const uint32_t kv = key_of(__ldg(l + v));
     if (kv > bk) {
       bk = kv;
       bi = static_cast<int32_t>(v);
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv_t = temp > 0.0f ? 1.0f / temp : 0.0f;
     double a = 0.0, b = 0.0;
     for (int64_t v = t; v < V; v += kThreads) {
-      const float d = l[v] - mx;
+      const float d = __ldg(l + v) - mx;
       a += expf(d);
       if (temp > 0.0f) b += expf(d * inv_t);
     }
@@ -129,8 +131,11 @@ __global__ void __launch_bounds__(kThreads)
       const int nb = 1 << bits[pass], shift = shifts[pass];
       for (int i = t; i < 2048; i += kThreads) sh.hist[i] = 0;
       __syncthreads();
+      // Read-only global loads (__ldg) cannot alias the shared histogram, so they need not
+      // wait for the atomics before them: several iterations' loads are in flight.
+#pragma unroll 4
       for (int64_t v = t; v < V; v += kThreads) {
-        const uint32_t kv = key_of(l[v]);
+        const uint32_t kv = key_of(__ldg(l + v));
         if ((kv & mask) == prefix) atomicAdd(&sh.hist[(kv >> shift) & (nb - 1)], 1u);
       }
       __syncthreads();
@@ -167,40 +172,65 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
     }
     // prefix is the n-th largest key: take every larger key (fewer than n) and the first
-    // `need` equal ones in token order.
+    // `need` equal ones in token order. Warp w owns a contiguous chunk of the row and walks it
+    // 32 consecutive entries at a time (coalesced), so token order among the equal keys is
+    // warp order, then step order, then lane order: a first pass counts each chunk's equal
+    // keys, a scan over the 32 warp totals gives every chunk its first rank, and a second
+    // pass writes — the equal keys ranked by ballots, the larger ones into slots taken by
+    // atomic increments (their order does not matter: the entries are placed by value and
+    // id below). No barrier in either loop (one barrier per 1024 entries made this ~150
+    // rounds of four barriers per row).
     const uint32_t threshold = prefix;
     const int greater = n - need;
-    if (t == 0) sh.taken_gt = sh.taken_eq = 0;
+    const int64_t chunk = (V + kWarps * 32 - 1) / (kWarps * 32) * 32;  // a multiple of 32
+    const int64_t lo = warp * chunk < V ? warp * chunk : V, hi = lo + chunk < V ? lo + chunk : V;
+    uint32_t eq_here = 0;
+#pragma unroll 8
+    for (int64_t v = lo + lane; v < hi; v += 32) eq_here += key_of(__ldg(l + v)) == threshold;
+    for (int o = 16; o > 0; o >>= 1) eq_here += __shfl_xor_sync(0xffffffffu, eq_here, o);
+    if (lane == 0) sh.warp_count[warp] = eq_here;
+    if (t == 0) sh.taken_gt = 0;
     __syncthreads();
-    for (int64_t base = 0; base < V; base += kThreads) {
-      const int64_t v = base + t;
-      const uint32_t kv = v < V ? key_of(l[v]) : 0u;
-      const bool gt = v < V && kv > threshold;
-      const bool eq = v < V && kv == threshold;
-      if (gt) {
-        const int at = atomicAdd(&sh.taken_gt, 1);
-        sh.value[at] = l[v];
-        sh.id[at] = static_cast<int32_t>(v);
+    if (warp == 0) {  // exclusive scan of the warps' counts, in warp order
+      const uint32_t w = sh.warp_count[lane];
+      uint32_t wi = w;
+      for (int d = 1; d < 32; d <<= 1) {
+        const uint32_t x = __shfl_up_sync(0xffffffffu, wi, d);
+        if (lane >= d) wi += x;
       }
-      const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
-      if (lane == 0) sh.warp_count[warp] = __popc(ballot);
-      __syncthreads();
-      if (eq) {
-        int before = sh.taken_eq + __popc(ballot & ((1u << lane) - 1u));
-        for (int w = 0; w < warp; ++w) before += static_cast<int>(sh.warp_count[w]);
-        if (before < need) {
-          sh.value[greater + before] = l[v];
-          sh.id[greater + before] = static_cast<int32_t>(v);
+      sh.warp_count[lane] = wi - w;
+    }
+    __syncthreads();
+    uint32_t rank = sh.warp_count[warp];  // equal keys before this step of this chunk
+    const uint32_t below = (1u << lane) - 1u;
+    constexpr int kSteps = 8;  // steps loaded before any is used (the writes below are to
+                               // shared memory, which a generic load could alias)
+    for (int64_t base = lo; base < hi; base += 32 * kSteps) {  // the same trips on every lane
+      float x[kSteps];
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+        const int64_t v = base + 32 * q + lane;
+        x[q] = v < hi ? __ldg(l + v) : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+        const int64_t v = base + 32 * q + lane;
+        const uint32_t kv = key_of(x[q]);
+        const bool in = v < hi, eq = in && kv == threshold;
+        const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+        if (in && kv > threshold) {
+          const int at = atomicAdd(&sh.taken_gt, 1);
+          sh.value[at] = x[q];
+          sh.id[at] = static_cast<int32_t>(v);
+        } else if (eq) {
+          const uint32_t r = rank + __popc(ballot & below);
+          if (r < static_cast<uint32_t>(need)) {
+            sh.value[greater + r] = x[q];
+            sh.id[greater + r] = static_cast<int32_t>(v);
+          }
         }
+        rank += __popc(ballot);
       }
-      __syncthreads();
-      if (t == 0) {
-        for (int w = 0; w < kWarps; ++w) sh.taken_eq += static_cast<int>(sh.warp_count[w]);
-      }
-      __syncthreads();
-      const bool done = sh.taken_eq >= need && sh.taken_gt >= greater;
-      __syncthreads();  // (read by every thread before the next round changes them)
-      if (done) break;
     }
   }
   __syncthreads();

@@ -1,0 +1,42 @@
+// A test fixture with the CUDA and CPU backends (skipped without a GPU) and device copies of
+// host data that live as long as the test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/device_memory.h"
+
+namespace hibana::test {
+
+class CudaFixture : public testing::Test {
+ public:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU";
+    gpu = make_cuda_backend();
+    cpu = make_cpu_backend();
+  }
+  // A device copy of host bytes, kept alive by the fixture.
+  Tensor upload(const void* data, DType dtype, std::initializer_list<int64_t> dims) {
+    Tensor shape(nullptr, dtype, dims, Device::cuda);
+    keep.push_back(std::make_unique<Buffer>(std::max<size_t>(shape.nbytes(), 4), Device::cuda));
+    shape.data = keep.back()->data();
+    copy_from_host(data, shape);
+    return shape;
+  }
+  static std::vector<float> download(const Tensor& t) {
+    std::vector<float> v(t.numel());
+    copy_to_host(t, v.data());
+    return v;
+  }
+
+  std::unique_ptr<Backend> gpu, cpu;
+  std::vector<std::unique_ptr<Buffer>> keep;
+};
+
+}  // namespace hibana::test

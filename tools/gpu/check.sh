@@ -6,8 +6,12 @@
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it), kernel (Nsight Compute's
-# full sections for one kernel of the decode step: KERNEL, SKIP), splits (the 80B with the
-# expert products' split target swept: GROUPED="264 128 64 32").
+# full sections for one kernel of the decode step: KERNEL, SKIP), sweep (a benchmark knob swept
+# on the decode shapes: KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES
+# VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "264 64 32" with
+# CONFIGS=qwen3-next-80b-a3b:fp8),
+# ab (this tree against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in
+# one session, with ratios; `ab` builds both trees at once, so run it before `tests`).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -149,13 +153,60 @@ stage_kernel() {
     "$OUT/kernel_details.txt" | head -40
 }
 
-# The 80B decode with the grouped (expert) products' split target swept
-# (HIBANA_CUDA_GROUPED_SPLIT_TILES; 264 is the default).
-stage_splits() {
-  for g in ${GROUPED:-264 128 64 32}; do
-    echo "== grouped split tiles $g"
-    HIBANA_CUDA_GROUPED_SPLIT_TILES=$g bench_decode qwen3-next-80b-a3b fp8 400 | grep -A4 "batch  context"
+# Decode lines of one variant, tagged for tools/gpu/ab_table.py and appended to $OUT/ab.txt:
+# bench_tagged LABEL BINARY CONFIG DTYPE [NAME=VALUE ...] (the environment of that run).
+bench_tagged() {
+  local label=$1 bin=$2 cfg=$3 dt=$4
+  shift 4
+  env "$@" timeout 400 "$bin" bench decode --device cuda --load-format dummy \
+    --config bench/configs/$cfg.json --dtype "$dt" --batch ${BATCHES:-1,8} --context 4096 \
+    --steps 16 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" |
+    tee -a "$OUT/ab.txt"
+}
+
+# CONFIGS: the decode shapes, CONFIG:DTYPE each (both by default).
+configs() { echo "${CONFIGS:-qwen3-8b:bf16 qwen3-next-80b-a3b:fp8}" | tr ':' ' '; }
+
+# A benchmark knob swept on the decode shapes: KNOB=NAME VALUES="v1 v2 ..." (the first is the
+# reference), ROUNDS rounds (2) with the values alternating, then the table of ratios.
+stage_sweep() {
+  : "${KNOB:?KNOB=NAME VALUES=\"...\" tools/gpu/check.sh sweep}"
+  rm -f "$OUT/ab.txt"
+  configs | while read -r cfg dt; do
+    for _ in $(seq 1 ${ROUNDS:-2}); do
+      for v in ${VALUES:?}; do bench_tagged "$KNOB=$v" $B/hibana "$cfg" "$dt" "$KNOB=$v" >/dev/null; done
+    done
   done
+  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+}
+
+# This tree against a reference, both built here, benchmarked alternately in the same session
+# (a figure from another session, or another machine, is no baseline: the H200's speed moves a
+# few percent between loans). The reference is the tree tools/gpu/ab_ref.sh REF put in .abref
+# (carry it): built there while this tree builds. Without .abref, the reference is this build
+# without AB_ENV. AB_ENV="NAME=VALUE ..." applies to this tree's runs only (a knob's A/B).
+stage_ab() {
+  local ref=$B/hibana ref_label="without:${AB_ENV:-}"
+  if [ -d .abref ]; then
+    ref=.abref/b/hibana
+    ref_label="ref:$(cat .abref/REF 2>/dev/null | cut -c1-10)"
+    (cmake -S .abref -B .abref/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DHIBANA_BENCH=OFF \
+      -DHIBANA_TESTS=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/ab_configure.log" 2>&1 &&
+      cmake --build .abref/b -j8 --target hibana >"$OUT/ab_build.log" 2>&1) &
+  else
+    : "${AB_ENV:?without .abref, AB_ENV says what to compare}"
+  fi
+  stage_build || return 1  # (incremental: this tree as it is now)
+  wait
+  [ -x "$ref" ] || { echo "reference build failed"; tail -20 "$OUT/ab_build.log"; return 1; }
+  rm -f "$OUT/ab.txt"
+  configs | while read -r cfg dt; do
+    for _ in $(seq 1 ${ROUNDS:-2}); do
+      bench_tagged "$ref_label" "$ref" "$cfg" "$dt" >/dev/null
+      bench_tagged "this${AB_ENV:+:$AB_ENV}" $B/hibana "$cfg" "$dt" ${AB_ENV:-} >/dev/null
+    done
+  done
+  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
 }
 
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
@@ -193,7 +244,8 @@ for s in "$@"; do
     stream) stage_stream ;;
     alone) stage_alone ;;
     kernel) stage_kernel ;;
-    splits) stage_splits ;;
+    sweep) stage_sweep ;;
+    ab) stage_ab ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -156,7 +156,7 @@ stage_kernel() {
 # Decode lines of one variant, tagged for tools/gpu/ab_table.py and appended to $OUT/ab.txt:
 # bench_tagged LABEL BINARY CONFIG DTYPE [NAME=VALUE ...] (the environment of that run).
 bench_tagged() {
-  local label=$1 bin=$2 cfg=$3 dt=$4
+  local label=${1// /,} bin=$2 cfg=$3 dt=$4  # (one word: the table splits on spaces)
   shift 4
   env "$@" timeout 400 "$bin" bench decode --device cuda --load-format dummy \
     --config bench/configs/$cfg.json --dtype "$dt" --batch ${BATCHES:-1,8} --context 4096 \

@@ -11,7 +11,8 @@
 # VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "264 64 32" with
 # CONFIGS=qwen3-next-80b-a3b:fp8),
 # ab (this tree against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in
-# one session, with ratios; `ab` builds both trees at once, so run it before `tests`).
+# one session, with ratios; `ab` builds both trees at once, so run it before `tests`),
+# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -209,6 +210,22 @@ stage_ab() {
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"
 }
 
+# Decode through the HTTP API (tools/load/serve_decode.py) on the decode shapes with dummy
+# weights, CLIENTS streams of ~4000-token prompts at once, beside `bench decode` at the same
+# batch sizes in the same session: the steady per-stream rate against the bench's tok/s / N is
+# what the server's own work (HTTP, scheduling, sampling, detokenising) costs a step.
+stage_serve_decode() {
+  local clients=${CLIENTS:-1,8}
+  configs | while read -r cfg dt; do
+    echo "== $cfg $dt"
+    timeout 500 python3 tools/load/serve_decode.py --bin $B/hibana --clients "$clients" \
+      --prompt-tokens 4000 --max-tokens 256 --log "$OUT/serve_decode_$cfg.log" -- --device cuda \
+      --load-format dummy --config bench/configs/$cfg.json --dtype "$dt" --kv-cache-size 16GiB \
+      2>&1 | tee "$OUT/serve_decode_$cfg.txt"
+    BATCHES=$clients bench_tagged bench $B/hibana "$cfg" "$dt"
+  done
+}
+
 # The embedded model served from the GPU, asked one chat question through the OpenAI API.
 stage_serve() {
   $B/hibana serve --device cuda --port 30555 >"$OUT/serve.log" 2>&1 &
@@ -246,6 +263,7 @@ for s in "$@"; do
     kernel) stage_kernel ;;
     sweep) stage_sweep ;;
     ab) stage_ab ;;
+    serve-decode) stage_serve_decode ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

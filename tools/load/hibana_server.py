@@ -5,11 +5,12 @@ import subprocess
 import time
 
 
-def start(bin_, port, extra, log):
-    """Starts `BIN serve` on 127.0.0.1:PORT with EXTRA arguments; returns once /health is 200."""
+def start(bin_, port, extra, log, ready_timeout=120):
+    """Starts `BIN serve` on 127.0.0.1:PORT with EXTRA arguments; returns once /health is 200
+    (within ready_timeout seconds: /health answers 503 while the model loads)."""
     p = subprocess.Popen([bin_, "serve", "--host", "127.0.0.1", "--port", str(port), *extra],
                          stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(1200):
+    for _ in range(int(ready_timeout * 10)):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", "/health")

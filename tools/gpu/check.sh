@@ -12,7 +12,8 @@
 # CONFIGS=qwen3-next-80b-a3b:fp8),
 # ab (this tree against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in
 # one session, with ratios; `ab` builds both trees at once, so run it before `tests`),
-# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS).
+# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab
+# (after ab: both trees' per-kernel step profiles side by side).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -82,13 +83,29 @@ stage_matmul() {
 # (decode reads its weights from DRAM once per step anyway; CACHE=none keeps them, to see what
 # a small kernel costs when the previous one left its inputs in L2); then the full sections of
 # the batch-1 matmul at the SHAPES (none: skip).
+# profile_step CONFIG DTYPE [BINARY [TAG]]: the files are ncu_decode[_TAG]_CONFIG.*.
 profile_step() {
+  local bin=${3:-$B/hibana} f="$OUT/ncu_decode${4:+_$4}_$1"
   HIBANA_CUDA_PROFILE_REPLAY=3 timeout 400 ncu --profile-from-start off --graph-profiling node \
     --clock-control none --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
-    --print-units base $B/hibana bench decode --device cuda --load-format dummy \
+    --print-units base "$bin" bench decode --device cuda --load-format dummy \
     --config bench/configs/$1.json --dtype $2 --batch 1 --context 4096 --steps 4 \
-    >"$OUT/ncu_decode_$1.csv" 2>"$OUT/ncu_decode_$1.err"
-  python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_$1.csv" | tee "$OUT/ncu_decode_step_$1.txt" | head -40
+    >"$f.csv" 2>"$f.err"
+  python3 tools/gpu/ncu_step.py "$f.csv" >"$f.txt"
+  [ -n "${4:-}" ] || head -40 "$f.txt"
+}
+
+# The per-kernel step profiles of the reference tree (.abref, built by stage ab) and this one,
+# side by side per kernel group (tools/gpu/ncu_step.py BEFORE AFTER), for each CONFIGS shape
+# (CACHE as in profile; warm caches by default here).
+stage_profile_ab() {
+  [ -x .abref/b/hibana ] || { echo "profile-ab: run stage ab first (it builds .abref)"; return 1; }
+  configs | while read -r cfg dt; do
+    CACHE=${CACHE:-none} profile_step "$cfg" "$dt" .abref/b/hibana ref
+    CACHE=${CACHE:-none} profile_step "$cfg" "$dt" $B/hibana this
+    python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_ref_$cfg.csv" "$OUT/ncu_decode_this_$cfg.csv" |
+      tee "$OUT/ncu_decode_ab_$cfg.txt" | head -30
+  done
 }
 
 # PROFILE=none skips the step; DTYPE picks the matmuls' weights (bf16).
@@ -263,6 +280,7 @@ for s in "$@"; do
     kernel) stage_kernel ;;
     sweep) stage_sweep ;;
     ab) stage_ab ;;
+    profile-ab) stage_profile_ab ;;
     serve-decode) stage_serve_decode ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac

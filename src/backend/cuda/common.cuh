@@ -77,12 +77,6 @@ void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&...
   HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
-// Zeroed counters for last_to_finish, at least `count` of them, kept for the life of the
-// program and shared by every kernel that reduces across CTAs (each reducing CTA leaves its
-// counter at zero again, and no two such kernels count at once: each counts after its wait
-// for the previous kernel).
-int* tile_counters(size_t count);
-
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is
 // reused only by work queued after it; while a graph is recorded it comes from the recording
 // arena, see cuda_backend.cu).
@@ -254,22 +248,6 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float ang, float
   const float cs = cosf(ang), sn = sinf(ang);
   y1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
   y2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
-}
-
-// Split-parallel launches (the matmuls' split-K): after every thread of the CTA has stored its
-// partial sums, true in the CTA that finished its tile last, which then adds the tile's splits
-// in split order (and leaves the counter at zero for the next launch).
-// No static shared memory (the answer travels by __syncthreads_or): a kernel that asks for the
-// GPU's whole opt-in shared memory as dynamic memory could not have any, and static memory
-// would shift its dynamic memory off the 128-byte line its cp.async copies need.
-__device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
-  __threadfence();
-  __syncthreads();  // every thread's partials are stored and fenced before the count
-  const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1) == splits - 1);
-  if (!last) return false;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;
-  return true;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

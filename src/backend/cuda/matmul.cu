@@ -215,10 +215,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   }
 }
 
-}  // namespace
-
-}  // namespace mm
-
+// Zeroed tile counters for the split reductions, kept for the life of the program (each
+// reducing CTA leaves its counter at zero again).
 int* tile_counters(size_t count) {
   static std::mutex m;
   static Buffer buf;
@@ -232,7 +230,7 @@ int* tile_counters(size_t count) {
   return static_cast<int*>(buf.data());
 }
 
-namespace mm {
+}  // namespace
 
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups) {

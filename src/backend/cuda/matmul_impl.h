@@ -96,6 +96,22 @@ __device__ __forceinline__ float scale_at(const Params& p, const void* scale, in
   return scale_entry(p, scale, (n / p.block_rows) * p.scale_ld + k / p.block_cols);
 }
 
+// Split-parallel launches: after every thread of the CTA has stored its
+// partial sums, true in the CTA that finished its tile last, which then adds the tile's splits
+// in split order (and leaves the counter at zero for the next launch).
+// No static shared memory (the answer travels by __syncthreads_or): a kernel that asks for the
+// GPU's whole opt-in shared memory as dynamic memory could not have any, and static memory
+// would shift its dynamic memory off the 128-byte line its cp.async copies need.
+__device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
+  __threadfence();
+  __syncthreads();  // every thread's partials are stored and fenced before the count
+  const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1) == splits - 1);
+  if (!last) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;
+  return true;
+}
+
 // For a split-parallel launch of tiles of `bn` weight rows x `bm` x rows: the partial sums
 // ([splits][M][N]) and the zeroed per-tile counters (each reducing CTA resets its own) that
 // p points at while the returned scratch lives.

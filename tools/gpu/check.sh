@@ -55,10 +55,16 @@ stage_sanitize() {
 }
 
 # Decode at 4k context for one bench config and dummy dtype: bench_decode NAME DTYPE TIMEOUT.
+# decode_run BINARY CONFIG DTYPE TIMEOUT BATCHES: one `bench decode` at 4k context, dummy weights.
+decode_run() {
+  timeout "$4" "$1" bench decode --device cuda --load-format dummy \
+    --config bench/configs/$2.json --dtype "$3" --batch "$5" --context 4096 --steps 16 \
+    ${WHOLE:+--whole-logits} 2>&1
+}
+
 bench_decode() {
-  HIBANA_CUDA_TIMING=${TIMING:-0} timeout "$3" $B/hibana bench decode --device cuda \
-    --load-format dummy --config bench/configs/$1.json --dtype "$2" \
-    --batch ${BATCHES:-1,8,32,64} --context 4096 --steps 16 ${WHOLE:+--whole-logits} 2>&1 | tee "$OUT/bench_$1.log"
+  HIBANA_CUDA_TIMING=${TIMING:-0} decode_run $B/hibana "$1" "$2" "$3" "${BATCHES:-1,8,32,64}" |
+    tee "$OUT/bench_$1.log"
 }
 
 stage_prefill() {
@@ -176,10 +182,8 @@ stage_kernel() {
 bench_tagged() {
   local label=${1// /,} bin=$2 cfg=$3 dt=$4  # (one word: the table splits on spaces)
   shift 4
-  env "$@" timeout 400 "$bin" bench decode --device cuda --load-format dummy \
-    --config bench/configs/$cfg.json --dtype "$dt" --batch ${BATCHES:-1,8} --context 4096 \
-    --steps 16 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" |
-    tee -a "$OUT/ab.txt"
+  ( [ $# -eq 0 ] || export "$@"; decode_run "$bin" "$cfg" "$dt" 400 "${BATCHES:-1,8}" ) |
+    grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" | tee -a "$OUT/ab.txt"
 }
 
 # CONFIGS: the decode shapes, CONFIG:DTYPE each (both by default).

@@ -1,6 +1,6 @@
 // CUDA kernels against the CPU backend at shapes the tiny fixture models do not reach (split-K
-// matmuls, attention over several KV splits, grouped MoE with many tokens), and the promise
-// that a row's result is bit-identical whatever else is in the batch. Skipped without a GPU.
+// matmuls, grouped MoE with many tokens), and the promise that a row's result is bit-identical
+// whatever else is in the batch (attention: cuda_attention_test.cpp). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,41 +64,6 @@ class CudaOps : public test::CudaFixture {
     EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
     return {idd, wd, std::move(ref), std::move(ids), std::move(weights)};
   }
-
-  // Attention over a whole batch (host and device layouts of the same tokens) on the CPU, the
-  // reference, and on the GPU, from random q/k/v seeded from `seed`: the GPU's outputs must be
-  // within 1e-5 of the CPU's; its inputs stay for single-token comparisons.
-  struct AttentionBatch {
-    Tensor qd, kd, vd;
-    std::vector<float> got;
-  };
-  AttentionBatch attention_batch(int64_t heads, int64_t kvh, int64_t hd, int64_t pages,
-                                 int64_t page, uint32_t seed, const BatchLayout& host,
-                                 const BatchLayout& dev) {
-    const int64_t T = host.num_tokens;
-    auto q = randn(T * heads * hd, seed), k = randn(T * kvh * hd, seed + 1),
-         v = randn(T * kvh * hd, seed + 2);
-    std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
-    Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
-        vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
-    cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
-                  Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, host);
-    cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, host,
-                   Tensor(ref.data(), DType::f32, {T, heads * hd}));
-    AttentionBatch b;
-    std::vector<float> zeros(kp.size(), 0.0f);
-    b.kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-    b.vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
-    b.qd = upload(q.data(), DType::f32, {T, heads * hd});
-    gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
-                  upload(v.data(), DType::f32, {T, kvh * hd}), b.kd, b.vd, dev);
-    Tensor out = device_f32(T, heads * hd);
-    gpu->attention(b.qd, heads, b.kd, b.vd, 0.125f, dev, out);
-    b.got = download(out);
-    EXPECT_LT(max_abs_diff(b.got, ref), 1e-5f);
-    return b;
-  }
-  void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
 };
 
 // Weights of one dtype on both devices (fp8 with 128 x 128 block scales).
@@ -256,128 +221,6 @@ TEST_F(CudaOps, MatmulUnalignedShapesMatchCpu) {
   }
 }
 
-TEST_F(CudaOps, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
-  const int64_t T = 600, heads = 4, kvh = 2, hd = 64, page = 64, pages = (T + page - 1) / page;
-  std::vector<int32_t> pos(T), seq(T, 0), start = {0, static_cast<int32_t>(T)}, table(pages),
-                                          slot(T), state = {-1}, snap(T, -1);
-  for (int64_t i = 0; i < T; ++i) pos[i] = slot[i] = static_cast<int32_t>(i);
-  for (int64_t p = 0; p < pages; ++p) table[p] = static_cast<int32_t>(pages - 1 - p);  // scrambled
-  for (int64_t i = 0; i < T; ++i) slot[i] = table[i / page] * page + i % page;
-  auto layout_on = [&](bool device, int64_t t0, int64_t n) {
-    BatchLayout l;
-    l.num_tokens = n;
-    l.num_seqs = 1;
-    l.page_size = page;
-    l.max_pages = pages;
-    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
-    auto make = [&](const int32_t* d, int64_t len) {
-      return device ? upload(d, DType::i32, {len})
-                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
-    };
-    l.positions = make(pos.data() + t0, n);
-    l.token_seq = make(seq.data() + t0, n);
-    l.seq_start =
-        device ? upload(st.data(), DType::i32, {2}) : Tensor(start.data(), DType::i32, {2});
-    l.page_table = make(table.data(), pages);
-    l.kv_slot = make(slot.data() + t0, n);
-    l.state_slot = make(state.data(), 1);
-    l.snapshot_slot = make(snap.data() + t0, n);
-    return l;
-  };
-  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 1, layout_on(false, 0, T),
-                                             layout_on(true, 0, T));
-  const std::vector<float>& got = all.got;
-
-  // The last token on its own (a decode step) gives the same bits as inside the prefill.
-  BatchLayout one = layout_on(true, T - 1, 1);
-  Tensor last = device_f32(1, heads * hd);
-  gpu->attention(all.qd.slice_rows(T - 1, T), heads, all.kd, all.vd, 0.125f, one, last);
-  std::vector<float> alone = download(last);
-  EXPECT_EQ(
-      std::memcmp(alone.data(), got.data() + (T - 1) * heads * hd, heads * hd * sizeof(float)), 0);
-}
-
-// Prefill launches take blocks of consecutive tokens of one sequence per CTA (the register-tiled
-// kernel). Three sequences in one launch (13, 1 and 300 tokens: blocks end inside each) match
-// the CPU, and every token gives the same bits as when it is decoded alone (the per-token
-// kernel) or prefilled in a chunk that starts elsewhere.
-TEST_F(CudaOps, AttentionTokenBlocksMatchCpuAndEachTokenAlone) {
-  // Qwen3-8B's heads (group 4, head_dim 128: 32 tokens per block) and Qwen3-Next's (group 8,
-  // head_dim 256: 8 tokens per block).
-  for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}}) {
-    SCOPED_TRACE("heads " + std::to_string(heads) + ", head_dim " + std::to_string(hd));
-    check_token_blocks(heads, kvh, hd);
-  }
-}
-
-void CudaOps::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
-  const int64_t page = 16;
-  const std::vector<int64_t> lens = {13, 1, 300};
-  const int64_t S = static_cast<int64_t>(lens.size());
-  int64_t T = 0, max_pages = 0, pages = 0;
-  for (int64_t n : lens) {
-    T += n;
-    max_pages = std::max(max_pages, (n + page - 1) / page);
-    pages += (n + page - 1) / page;
-  }
-  // Sequence s owns pages handed out from the top down; its table row is padded with page 0.
-  std::vector<int32_t> pos, seq, start = {0}, table(S * max_pages, 0), slot, state(S, -1), snap;
-  int32_t next_page = static_cast<int32_t>(pages);
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t p = 0; p < (lens[s] + page - 1) / page; ++p)
-      table[s * max_pages + p] = --next_page;
-    for (int64_t i = 0; i < lens[s]; ++i) {
-      pos.push_back(static_cast<int32_t>(i));
-      seq.push_back(static_cast<int32_t>(s));
-      slot.push_back(static_cast<int32_t>(table[s * max_pages + i / page] * page + i % page));
-      snap.push_back(-1);
-    }
-    start.push_back(static_cast<int32_t>(pos.size()));
-  }
-  // Tokens [t0, t0 + n) of sequence s alone (device), or the whole batch (host or device).
-  auto layout = [&](bool device, int64_t s, int64_t t0, int64_t n) {
-    BatchLayout l;
-    const bool all = s < 0;
-    l.num_tokens = all ? T : n;
-    l.num_seqs = all ? S : 1;
-    l.page_size = page;
-    l.max_pages = max_pages;
-    auto make = [&](const int32_t* d, int64_t len) {
-      return device ? upload(d, DType::i32, {len})
-                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
-    };
-    static const std::vector<int32_t> zeros(1024, 0);
-    const int64_t first = all ? 0 : start[s] + t0;
-    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
-    l.positions = make(pos.data() + first, l.num_tokens);
-    l.token_seq = all ? make(seq.data(), T) : make(zeros.data(), n);
-    l.seq_start = all ? make(start.data(), S + 1) : upload(st.data(), DType::i32, {2});
-    l.page_table = make(table.data() + (all ? 0 : s * max_pages), (all ? S : 1) * max_pages);
-    l.kv_slot = make(slot.data() + first, l.num_tokens);
-    l.state_slot = make(state.data(), l.num_seqs);
-    l.snapshot_slot = make(snap.data() + first, l.num_tokens);
-    return l;
-  };
-  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 21,
-                                             layout(false, -1, 0, T), layout(true, -1, 0, T));
-  const std::vector<float>& got = all.got;
-
-  const int64_t row = heads * hd;
-  auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
-    Tensor part = device_f32(n, row);
-    const int64_t first = start[s] + t0;
-    gpu->attention(all.qd.slice_rows(first, first + n), heads, all.kd, all.vd, 0.125f,
-                   layout(true, s, t0, n), part);
-    std::vector<float> mine = download(part);
-    return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
-  };
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t t = 0; t < lens[s]; t += (t % 7 == 0 ? 1 : 5))
-      EXPECT_TRUE(same_as_batch(s, t, 1)) << "sequence " << s << " token " << t << " alone";
-  }
-  EXPECT_TRUE(same_as_batch(2, 101, 150)) << "a chunk of the long sequence";
-}
-
 TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   // 300 tokens x 4 of 16 experts: most experts get more than 64 rows (the tiled kernel).
   const int64_t E = 16, k = 4, H = 256, I = 128, T = 300;
@@ -430,6 +273,32 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
   Tensor out2 = device_f32(T, H);
   gpu->moe_experts(xd, idd, wd, dev2, out2);
   EXPECT_LT(max_abs_diff(download(out2), ref2), 1e-5f);
+}
+
+// More (token, expert) pairs than the grouping kernel's threads keep in registers (4 each of
+// 1024): 1100 tokens x 4 experts, every pair grouped and computed as on the CPU.
+TEST_F(CudaOps, MoeGroupsMorePairsThanItsThreadsHold) {
+  const int64_t E = 16, k = 4, H = 64, I = 32, T = 1100;
+  ExpertWeights host, dev;
+  std::vector<TestWeight> keep_w;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int m = 0; m < 3; ++m) {
+      const bool down = m == 2;
+      keep_w.push_back(make_weight(*this, DType::bf16, down ? H : I, down ? I : H,
+                                   static_cast<uint32_t>(2000 + 3 * e + m)));
+    }
+    host.gate.push_back(keep_w[3 * e].host);
+    host.up.push_back(keep_w[3 * e + 1].host);
+    host.down.push_back(keep_w[3 * e + 2].host);
+    dev.gate.push_back(keep_w[3 * e].dev);
+    dev.up.push_back(keep_w[3 * e + 1].dev);
+    dev.down.push_back(keep_w[3 * e + 2].dev);
+  }
+  auto x = randn(T * H, 9), logits = randn(T * E, 10);
+  auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, host);
+  Tensor out = device_f32(T, H);
+  gpu->moe_experts(upload(x.data(), DType::f32, {T, H}), idd, wd, dev, out);
+  EXPECT_LT(max_abs_diff(download(out), ref), 1e-5f);
 }
 
 // Routing and grouping with more experts than the kernels keep per thread (E > 512: the router

@@ -43,7 +43,7 @@ stage_tests() {
 
 stage_sanitize() {
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter='CudaOps*:CudaFusedOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
+    --gtest_filter='CudaOps*:CudaAttention*:CudaFusedOps*' --gtest_brief=1 >"$OUT/sanitize_ops.log" 2>&1
   echo "compute-sanitizer ops: rc=$? $(tail -1 "$OUT/sanitize_ops.log")"
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/model_tests \
     --gtest_filter='*GoldenTest*qwen3_next_recurrent_cuda:*GoldenTest*qwen3_fp8_recurrent_cuda' \

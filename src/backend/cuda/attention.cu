@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/ops.h"
@@ -36,22 +37,99 @@ __global__ void store_kv_kernel(const float* k, int64_t ldk, const float* v, int
   vp[dst] = vv;
 }
 
+// The value dimensions a lane owns. For a head_dim known at compile time (HD: 64, 128, 256)
+// runs of kVec consecutive dimensions, read from shared memory as one vector: dimension
+// r * 32 * kVec + lane * kVec + c for run r and component c (a warp's vector loads of one row
+// are contiguous, so free of bank conflicts). For a run-time head_dim (HD = 0) single
+// dimensions lane + 32 * r. Which lane adds which dimension changes nothing in the arithmetic:
+// each dimension's sum is the same chain of fmaf over the keys in order.
+template <int HD>
+struct ValueLanes {
+  static constexpr int kVec = HD == 0 ? 1 : (HD / 32 < 4 ? HD / 32 : 4);
+  static constexpr int kRuns = HD == 0 ? kMaxDimsPerLane : HD / (32 * kVec);
+  static_assert(HD == 0 || (HD % (32 * kVec) == 0 && (kVec == 2 || kVec == 4)),
+                "head_dim variants: 64, 128, 256");
+  static __device__ __forceinline__ int dim(int r, int c, int lane) {
+    return HD == 0 ? lane + 32 * r : r * 32 * kVec + lane * kVec + c;
+  }
+};
+
+// Adds w times row vr (one key's values) into the lane's sums.
+template <int HD>
+__device__ __forceinline__ void add_value_row(float w, const float* vr, int hd, int lane,
+                                              float* acc) {
+  using L = ValueLanes<HD>;
+  if constexpr (HD == 0) {
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
+    }
+  } else if constexpr (L::kVec == 4) {
+#pragma unroll
+    for (int r = 0; r < L::kRuns; ++r) {
+      const float4 v = *reinterpret_cast<const float4*>(vr + L::dim(r, 0, lane));
+      acc[4 * r] = fmaf(w, v.x, acc[4 * r]);
+      acc[4 * r + 1] = fmaf(w, v.y, acc[4 * r + 1]);
+      acc[4 * r + 2] = fmaf(w, v.z, acc[4 * r + 2]);
+      acc[4 * r + 3] = fmaf(w, v.w, acc[4 * r + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < L::kRuns; ++r) {
+      const float2 v = *reinterpret_cast<const float2*>(vr + L::dim(r, 0, lane));
+      acc[2 * r] = fmaf(w, v.x, acc[2 * r]);
+      acc[2 * r + 1] = fmaf(w, v.y, acc[2 * r + 1]);
+    }
+  }
+}
+
+// One key's score against the warp's query (both rows in shared memory, 16-byte aligned):
+// four partial dot products over the dimensions d = i (mod 4), ascending, added as
+// (d0 + d1) + (d2 + d3) — attention_tiled.cu's order. Fully unrolled for a fixed head_dim.
+template <int HD>
+__device__ __forceinline__ float key_score(const float* q, const float* k, int hd) {
+  const float4* qr = reinterpret_cast<const float4*>(q);
+  const float4* kr = reinterpret_cast<const float4*>(k);
+  float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+  auto step = [&](int d) {
+    const float4 a = qr[d], b = kr[d];
+    d0 = fmaf(a.x, b.x, d0);
+    d1 = fmaf(a.y, b.y, d1);
+    d2 = fmaf(a.z, b.z, d2);
+    d3 = fmaf(a.w, b.w, d3);
+  };
+  if constexpr (HD > 0) {
+#pragma unroll
+    for (int d = 0; d < HD / 4; ++d) step(d);
+  } else {
+#pragma unroll 8
+    for (int d = 0; d < hd / 4; ++d) step(d);
+  }
+  return (d0 + d1) + (d2 + d3);
+}
+
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
 // split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
-// repeats this arithmetic exactly for blocks of tokens.
-template <int S>
+// repeats this arithmetic exactly for blocks of tokens. HD is the head_dim where it is one of
+// the compiled variants (the copies' index arithmetic becomes shifts, the score loop unrolls,
+// the value rows are read as vectors), 0 for any other multiple of 4.
+template <int S, int HD>
 __global__ void attention_split_kernel(AttnParams p) {
+  using L = ValueLanes<HD>;
   pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
-  const int64_t kvh = blockIdx.y;
+  const int kvh = blockIdx.y;
   const int split = blockIdx.z;
-  const int64_t qpos = p.pos[t];
+  const int qpos = p.pos[t];
   const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
-  const int64_t begin = static_cast<int64_t>(split) * kSplit;
+  const int begin = split * kSplit;
   if (begin > qpos) return;
-  const int64_t end = min(qpos + 1, begin + kSplit);
+  const int end = min(qpos + 1, begin + kSplit);
   const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t hd = p.hd, h = kvh * group + warp;
+  const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
+  const int h = kvh * group + warp;
+  const int page = static_cast<int>(p.page);
   const int32_t* pages = p.table + seq * p.max_pages;
 
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
@@ -59,44 +137,46 @@ __global__ void attention_split_kernel(AttnParams p) {
   // ones load while this one is used.
   // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
   extern __shared__ __align__(128) float sm[];
-  const int64_t kstride = kTile * (hd + 4), vstride = kTile * hd;
+  const int kstride = kTile * (hd + 4), vstride = kTile * hd;
   float* ks = sm;                // [S][kTile][hd + 4]
   float* vs = ks + S * kstride;  // [S][kTile][hd]
   float* qs = vs + S * vstride;  // [group][hd]
-  for (int64_t d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
+  for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
-  const int q4 = static_cast<int>(hd / 4);  // four values per copy (hd % 4 == 0, checked)
-  // Lane l of each warp finds where key j0 + l of the tile starts (one page lookup and one
-  // division per key, not per copy); a copy takes its key's offset from that lane. A warp's
-  // copies are all in the loop or all out of it (kTile * q4 is a multiple of 32).
+  const int q4 = hd / 4;  // four values per copy (hd % 4 == 0, checked)
+  // Lane l of each warp finds the row (in units of hd floats: below 2^31, checked) where key
+  // j0 + l of the tile starts — one page lookup and one 32-bit division per key, not per copy;
+  // a copy takes its key's row from that lane. A warp's copies are all in the loop or all out
+  // of it (kTile * q4 is a multiple of 32).
   static_assert(kTile == 32, "one key per lane");
-  auto load_tile = [&](int64_t j0, int slot) {
+  auto load_tile = [&](int j0, int slot) {
     float* kd = ks + slot * kstride;
     float* vd = vs + slot * vstride;
-    const int64_t pl = j0 + lane;
-    const int64_t key_at =
-        pl < end ? ((pages[pl / p.page] * p.kv_heads + kvh) * p.page + pl % p.page) * hd : -1;
+    const int pl = j0 + lane;
+    const int key_row =
+        pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
     for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
       const int j = idx / q4, d = (idx % q4) * 4;
-      const int64_t at = __shfl_sync(0xffffffffu, key_at, j);
-      const bool ok = at >= 0;
-      const int64_t src = ok ? at + d : 0;
+      const int row = __shfl_sync(0xffffffffu, key_row, j);
+      const bool ok = row >= 0;
+      const int64_t src = ok ? static_cast<int64_t>(row) * hd + d : 0;
       cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
       cp_async16(vd + j * hd + d, p.vp + src, ok);
     }
   };
 
-  float acc[kMaxDimsPerLane];
+  constexpr int kAcc = HD == 0 ? kMaxDimsPerLane : L::kRuns * L::kVec;
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
-  const int ntiles = static_cast<int>((end - begin + kTile - 1) / kTile);
+  const int ntiles = (end - begin + kTile - 1) / kTile;
   for (int it = 0; it < S - 1; ++it) {
-    if (it < ntiles) load_tile(begin + static_cast<int64_t>(it) * kTile, it);
+    if (it < ntiles) load_tile(begin + it * kTile, it);
     cp_async_commit();
   }
   for (int it = 0; it < ntiles; ++it) {
-    const int64_t j0 = begin + static_cast<int64_t>(it) * kTile;
+    const int j0 = begin + it * kTile;
     // Into the slot the previous tile used (every warp is past it: the barrier below).
     if (it + S - 1 < ntiles) load_tile(j0 + (S - 1) * kTile, (it + S - 1) % S);
     cp_async_commit();
@@ -106,47 +186,35 @@ __global__ void attention_split_kernel(AttnParams p) {
     const float* kt = ks + slot * kstride;
     const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
-    float s = -INFINITY;
-    if (valid) {
-      // Four independent sums (one per float4 lane), added at the end: a fixed order.
-      const float4* kr = reinterpret_cast<const float4*>(kt + lane * (hd + 4));
-      const float4* qr = reinterpret_cast<const float4*>(qs + warp * hd);
-      float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < q4; ++d) {
-        const float4 a = qr[d], b = kr[d];
-        d0 = fmaf(a.x, b.x, d0);
-        d1 = fmaf(a.y, b.y, d1);
-        d2 = fmaf(a.z, b.z, d2);
-        d3 = fmaf(a.w, b.w, d3);
-      }
-      s = ((d0 + d1) + (d2 + d3)) * p.scale;
-    }
+    const float s =
+        valid ? key_score<HD>(qs + warp * hd, kt + lane * (hd + 4), hd) * p.scale : -INFINITY;
     const float m_new = fmaxf(m_run, warp_max(s));
     const float pj = valid ? expf(s - m_new) : 0.0f;
     const float alpha = expf(m_run - m_new);
     l_run = l_run * alpha + warp_sum(pj);
     m_run = m_new;
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= alpha;
-    const int nvalid = static_cast<int>((end - j0 < kTile ? end - j0 : kTile));
+    for (int i = 0; i < kAcc; ++i) acc[i] *= alpha;
+    const int nvalid = min(end - j0, kTile);
+    if (nvalid == kTile) {  // a full tile: every key's row, unrolled
+#pragma unroll 8
+      for (int j = 0; j < kTile; ++j)
+        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
+    } else {
 #pragma unroll 4
-    for (int j = 0; j < nvalid; ++j) {
-      const float w = __shfl_sync(0xffffffffu, pj, j);
-      const float* vr = vt + j * hd;
-#pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
-      }
+      for (int j = 0; j < nvalid; ++j)
+        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
     }
     __syncthreads();  // the slot is refilled next
   }
   float* out = p.partial + (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    if (d < hd) out[d] = acc[i];
+  for (int r = 0; r < kAcc / L::kVec; ++r) {
+#pragma unroll
+    for (int c = 0; c < L::kVec; ++c) {
+      const int d = L::dim(r, c, lane);
+      if (HD > 0 || d < hd) out[d] = acc[r * L::kVec + c];
+    }
   }
   if (lane == 0) {
     out[hd] = m_run;
@@ -157,13 +225,15 @@ __global__ void attention_split_kernel(AttnParams p) {
 // One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
 // in any order), then every split's sums scaled to it and added in split order, normalised at
 // the end. Each lane owns one dimension (an output element's operations are those of any other
-// split of the dimensions among warps). The splits' values are loaded kBatch at a time into
-// registers before any of them is used (the first batch before the maximum's reduction), so a
-// batch costs one round trip, not one per split.
+// split of the dimensions among warps). Splits are taken kChunk at a time: their values, maxima
+// and sums are loaded into registers at once (lane l holds the maxima and sums of splits l,
+// l + 32, ...), so up to kChunk splits (8k positions) the merge is one round trip to memory,
+// with one more for the maximum beyond that. Each split's scale expf(m - M) is computed once,
+// by the lane holding its maximum, and reaches the others by shuffle.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        float* out, int64_t ldo) {
-  constexpr int kBatch = 16;
+  constexpr int kChunk = 64, kPer = kChunk / 32;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -171,36 +241,69 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
-  const int n = static_cast<int>(pos[t] / kSplit) + 1;
+  const int n = pos[t] / kSplit + 1;
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
-  float mv[kBatch], lv[kBatch], ov[kBatch];
+  float mv[kPer], lv[kPer], ov[kChunk];
   auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      const float* ps = base + min(s0 + q, n - 1) * (hd + 2);
+    for (int q = 0; q < kPer; ++q) {
+      const float* ps = base + min(s0 + 32 * q + lane, n - 1) * (hd + 2);
       mv[q] = ps[hd];
       lv[q] = ps[hd + 1];
-      ov[q] = ps[dd];
     }
+#pragma unroll
+    for (int q = 0; q < kChunk; ++q) ov[q] = base[min(s0 + q, n - 1) * (hd + 2) + dd];
   };
   load(0);
   float M = -INFINITY;
-  for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
+  if (n <= kChunk) {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) M = fmaxf(M, mv[q]);  // (repeats of the last split: harmless)
+  } else {
+    for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
+  }
   M = warp_max(M);
   float o = 0.0f, L = 0.0f;
-  for (int s0 = 0; s0 < n; s0 += kBatch) {
+  for (int s0 = 0; s0 < n; s0 += kChunk) {
     if (s0 > 0) load(s0);
+    float b[kPer];
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      if (s0 + q < n) {
-        const float b = expf(mv[q] - M);
-        L = fmaf(lv[q], b, L);
-        o = fmaf(ov[q], b, o);
+    for (int q = 0; q < kPer; ++q) b[q] = expf(mv[q] - M);
+#pragma unroll
+    for (int q = 0; q < kChunk; ++q) {
+      if (s0 + q < n) {  // (the same for every lane: the shuffles see the whole warp)
+        const float bq = __shfl_sync(0xffffffffu, b[q / 32], q % 32);
+        const float lq = __shfl_sync(0xffffffffu, lv[q / 32], q % 32);
+        L = fmaf(lq, bq, L);
+        o = fmaf(ov[q], bq, o);
       }
     }
   }
   if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
+}
+
+using SplitKernel = void (*)(AttnParams);
+
+// The per-token kernel for `stages` tiles in flight and this head_dim: the compiled variants
+// for head_dim 64, 128 and 256 with 2 or 3 stages, the run-time head_dim kernel otherwise.
+SplitKernel split_kernel(int stages, int64_t hd) {
+  auto fixed = [hd](auto s) -> SplitKernel {
+    constexpr int S = decltype(s)::value;
+    switch (hd) {
+      case 64:
+        return attention_split_kernel<S, 64>;
+      case 128:
+        return attention_split_kernel<S, 128>;
+      case 256:
+        return attention_split_kernel<S, 256>;
+      default:
+        return attention_split_kernel<S, 0>;
+    }
+  };
+  if (stages >= 3) return fixed(std::integral_constant<int, 3>{});
+  if (stages == 2) return fixed(std::integral_constant<int, 2>{});
+  return attention_split_kernel<1, 0>;
 }
 
 }  // namespace
@@ -235,7 +338,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   // of qb tokens of one sequence, where it has a variant for this head_dim and group.
   const int qb = T > layout.num_seqs ? tiled_block_tokens(hd, group) : 0;
   // Per-token kernel: three K/V tiles in flight where the GPU's shared memory allows (it does on
-  // sm_90 up to head_dim 256 with 16 query heads per KV head), fewer otherwise.
+  // sm_90 up to head_dim 256 with 16 query heads per KV head), fewer otherwise or where
+  // HIBANA_CUDA_ATTENTION_STAGES asks for fewer (a benchmark knob, read at every launch; the
+  // bits do not depend on it).
   auto smem_for = [&](int stages) {
     return (stages * kTile * (2 * hd + 4) + group * hd) * sizeof(float);
   };
@@ -243,17 +348,22 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     int dev = 0, v = 0;
     HIBANA_CUDA(cudaGetDevice(&dev));
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    for (auto kernel :
-         {attention_split_kernel<1>, attention_split_kernel<2>, attention_split_kernel<3>}) {
-      HIBANA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    for (int stages = 1; stages <= 3; ++stages) {
+      for (int64_t d : {0, 64, 128, 256}) {
+        HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+      }
     }
     return v;
   }();
-  int stages = 3;
+  int stages = static_cast<int>(std::min<int64_t>(3, knob("HIBANA_CUDA_ATTENTION_STAGES", 3)));
   while (stages > 1 && smem_for(stages) > static_cast<size_t>(smem_optin)) --stages;
   const size_t smem = smem_for(stages);
   check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
+  // The kernel finds a key's row in 32 bits (in units of head_dim floats).
+  check(k_pages.shape[0] * kv_heads * page < (int64_t{1} << 31), ErrorKind::unsupported,
+        "CUDA attention: more than 2^31 KV rows per layer");
   // Tokens per launch: bounded so the split partials stay under 256 MiB.
   const size_t per_token = static_cast<size_t>(heads * max_splits * (hd + 2)) * sizeof(float);
   const int64_t chunk =
@@ -291,14 +401,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     } else {
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
-      const unsigned threads = static_cast<unsigned>(group * 32);
-      if (stages == 3) {
-        launch_pdl(attention_split_kernel<3>, grid, threads, smem, p);
-      } else if (stages == 2) {
-        launch_pdl(attention_split_kernel<2>, grid, threads, smem, p);
-      } else {
-        launch_pdl(attention_split_kernel<1>, grid, threads, smem, p);
-      }
+      launch_pdl(split_kernel(stages, hd), grid, static_cast<unsigned>(group * 32), smem, p);
       launched("attention_split_kernel");
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,

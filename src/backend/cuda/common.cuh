@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -248,6 +249,13 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float ang, float
   const float cs = cosf(ang), sn = sinf(ang);
   y1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
   y2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// A positive tuning knob from the environment (benchmarks sweep them), or `fallback`.
+inline int64_t knob(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  const int64_t n = v ? std::atoll(v) : 0;
+  return n > 0 ? n : fallback;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

@@ -244,21 +244,14 @@ std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_
 
 namespace {
 
-// A tuning knob read once from the environment (for benchmarks: a value other than the
-// default changes the split of every product, hence its last bits).
-int64_t knob(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  const int64_t n = v ? std::atoll(v) : 0;
-  return n > 0 ? n : fallback;
-}
-
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU (264
 // tiles of 128 rows, HIBANA_CUDA_SPLIT_TILES), never shorter than 512 elements
 // (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape (and on whether
 // the weight is an expert's) only, never on the batch: every kernel splits a product alike.
 // Grouped (MoE expert) launches read their own tile target, HIBANA_CUDA_GROUPED_SPLIT_TILES
 // (the same 264 unless set): a token's k experts already give a decode step k times the tiles
-// of one matrix, so fewer splits may serve them better (a benchmark knob, like the others).
+// of one matrix, so fewer splits may serve them better (a benchmark knob, like the others). The knobs are
+// read once: a value other than the default changes every product's splits, hence its bits.
 int64_t split_length(int64_t N, int64_t K, bool grouped) {
   static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
   static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", plain_tiles);

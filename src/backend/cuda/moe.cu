@@ -67,7 +67,22 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
   int32_t* cursor = counts + E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+  // A thread's first kHeld ids stay in registers for the last pass (reloaded there, they would
+  // wait behind the stores before it, which may alias them for the compiler); more pairs than
+  // kHeld per thread (long prefills) reload the rest.
+  constexpr int kHeld = 4;
+  const int64_t held_pairs = static_cast<int64_t>(kHeld) * blockDim.x;
+  int held[kHeld];
+#pragma unroll
+  for (int r = 0; r < kHeld; ++r) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
+    held[r] = i < pairs ? ids[i] : -1;
+  }
+#pragma unroll
+  for (int r = 0; r < kHeld; ++r) {
+    if (held[r] >= 0 && held[r] < E) atomicAdd(&counts[held[r]], 1);
+  }
+  for (int64_t i = held_pairs + threadIdx.x; i < pairs; i += blockDim.x) {
     const int e = ids[i];
     if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
   }
@@ -131,7 +146,13 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E,
     *n_active = used;
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+#pragma unroll
+  for (int r = 0; r < kHeld; ++r) {
+    const int e = held[r];
+    const int64_t i = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
+    if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
+  }
+  for (int64_t i = held_pairs + threadIdx.x; i < pairs; i += blockDim.x) {
     const int e = ids[i];
     if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
   }

@@ -1,0 +1,282 @@
+// CUDA attention against the CPU backend: over several KV splits and more splits than the merge
+// kernel takes per round trip, at head_dims with and without a compiled variant, and the promise
+// that a token's output has the same bits whichever kernel served it (decoded alone, in a
+// prefill chunk, with fewer K/V tiles in flight). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "core/device_memory.h"
+#include "support/cuda_fixture.h"
+#include "support/random.h"
+
+namespace hibana {
+namespace {
+
+using test::randn;
+
+class CudaAttention : public test::CudaFixture {
+ public:
+  Tensor device_f32(int64_t rows, int64_t cols) {
+    std::vector<float> zeros(rows * cols, 0.0f);
+    return upload(zeros.data(), DType::f32, {rows, cols});
+  }
+  static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+    return worst;
+  }
+  static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  }
+
+  // One sequence of T positions on scrambled pages: the layout of its tokens [t0, t0 + n).
+  struct OneSequence {
+    int64_t T, page, pages;
+    std::vector<int32_t> pos, seq, start, table, slot, state, snap;
+    OneSequence(int64_t tokens, int64_t page_size)
+        : T(tokens),
+          page(page_size),
+          pages((tokens + page_size - 1) / page_size),
+          pos(T),
+          seq(T, 0),
+          start{0, static_cast<int32_t>(T)},
+          table(pages),
+          slot(T),
+          state{-1},
+          snap(T, -1) {
+      for (int64_t p = 0; p < pages; ++p) table[p] = static_cast<int32_t>(pages - 1 - p);
+      for (int64_t i = 0; i < T; ++i) {
+        pos[i] = static_cast<int32_t>(i);
+        slot[i] = static_cast<int32_t>(table[i / page] * page + i % page);
+      }
+    }
+  };
+  BatchLayout layout_of(OneSequence& s, bool device, int64_t t0, int64_t n) {
+    BatchLayout l;
+    l.num_tokens = n;
+    l.num_seqs = 1;
+    l.page_size = s.page;
+    l.max_pages = s.pages;
+    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
+    auto make = [&](const int32_t* d, int64_t len) {
+      return device ? upload(d, DType::i32, {len})
+                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
+    };
+    l.positions = make(s.pos.data() + t0, n);
+    l.token_seq = make(s.seq.data() + t0, n);
+    l.seq_start =
+        device ? upload(st.data(), DType::i32, {2}) : Tensor(s.start.data(), DType::i32, {2});
+    l.page_table = make(s.table.data(), s.pages);
+    l.kv_slot = make(s.slot.data() + t0, n);
+    l.state_slot = make(s.state.data(), 1);
+    l.snapshot_slot = make(s.snap.data() + t0, n);
+    return l;
+  }
+
+  // Attention over a whole batch (host and device layouts of the same tokens) on the CPU, the
+  // reference, and on the GPU, from random q/k/v seeded from `seed`: the GPU's outputs must be
+  // within 1e-5 of the CPU's; its inputs stay for single-token comparisons.
+  struct AttentionBatch {
+    Tensor qd, kd, vd;
+    std::vector<float> got;
+  };
+  AttentionBatch attention_batch(int64_t heads, int64_t kvh, int64_t hd, int64_t pages,
+                                 int64_t page, uint32_t seed, const BatchLayout& host,
+                                 const BatchLayout& dev) {
+    const int64_t T = host.num_tokens;
+    auto q = randn(T * heads * hd, seed), k = randn(T * kvh * hd, seed + 1),
+         v = randn(T * kvh * hd, seed + 2);
+    std::vector<float> kp(pages * kvh * page * hd), vp(kp.size()), ref(T * heads * hd);
+    Tensor kpt(kp.data(), DType::f32, {pages, kvh, page, hd}),
+        vpt(vp.data(), DType::f32, {pages, kvh, page, hd});
+    cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
+                  Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, host);
+    cpu->attention(Tensor(q.data(), DType::f32, {T, heads * hd}), heads, kpt, vpt, 0.125f, host,
+                   Tensor(ref.data(), DType::f32, {T, heads * hd}));
+    AttentionBatch b;
+    std::vector<float> zeros(kp.size(), 0.0f);
+    b.kd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+    b.vd = upload(zeros.data(), DType::f32, {pages, kvh, page, hd});
+    b.qd = upload(q.data(), DType::f32, {T, heads * hd});
+    gpu->store_kv(upload(k.data(), DType::f32, {T, kvh * hd}),
+                  upload(v.data(), DType::f32, {T, kvh * hd}), b.kd, b.vd, dev);
+    Tensor out = device_f32(T, heads * hd);
+    gpu->attention(b.qd, heads, b.kd, b.vd, 0.125f, dev, out);
+    b.got = download(out);
+    EXPECT_LT(max_abs_diff(b.got, ref), 1e-5f);
+    return b;
+  }
+  void check_one_sequence(int64_t heads, int64_t kvh, int64_t hd);
+  void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
+};
+
+// A 600-token prefill (5 splits of keys) matches the CPU, and its last token decoded alone
+// gives the same bits: head_dim 64 (the prefill takes the tiled kernel, the decode the
+// per-token kernel's variant for 64) and 100 (no variant: the run-time head_dim kernel).
+TEST_F(CudaAttention, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefill) {
+  for (const int64_t hd : {int64_t{64}, int64_t{100}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    check_one_sequence(4, 2, hd);
+  }
+}
+
+void CudaAttention::check_one_sequence(int64_t heads, int64_t kvh, int64_t hd) {
+  const int64_t T = 600;
+  OneSequence s(T, 64);
+  const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 1,
+                                             layout_of(s, false, 0, T), layout_of(s, true, 0, T));
+  // The last token on its own (a decode step) gives the same bits as inside the prefill.
+  Tensor last = device_f32(1, heads * hd);
+  gpu->attention(all.qd.slice_rows(T - 1, T), heads, all.kd, all.vd, 0.125f,
+                 layout_of(s, true, T - 1, 1), last);
+  const std::vector<float> alone = download(last);
+  EXPECT_TRUE(same_bits(alone, std::vector<float>(all.got.end() - heads * hd, all.got.end())));
+}
+
+// A decode token's output does not depend on how many K/V tiles the per-token kernel keeps in
+// flight (HIBANA_CUDA_ATTENTION_STAGES: 3, the default here, 2, and 1, which runs the run-time
+// head_dim kernel): Qwen3-8B's heads (group 4, head_dim 128) and Qwen3-Next's (8, 256).
+TEST_F(CudaAttention, AttentionStagesKnobKeepsTheBits) {
+  for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    const int64_t T = 300;
+    OneSequence s(T, 16);
+    const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 3,
+                                               layout_of(s, false, 0, T), layout_of(s, true, 0, T));
+    auto decode_last = [&](const char* stages) {
+      if (stages) setenv("HIBANA_CUDA_ATTENTION_STAGES", stages, 1);
+      Tensor out = device_f32(1, heads * hd);
+      gpu->attention(all.qd.slice_rows(T - 1, T), heads, all.kd, all.vd, 0.125f,
+                     layout_of(s, true, T - 1, 1), out);
+      unsetenv("HIBANA_CUDA_ATTENTION_STAGES");
+      return download(out);
+    };
+    const std::vector<float> three = decode_last(nullptr);
+    EXPECT_TRUE(same_bits(three, std::vector<float>(all.got.end() - heads * hd, all.got.end())));
+    EXPECT_TRUE(same_bits(decode_last("2"), three)) << "2 stages";
+    EXPECT_TRUE(same_bits(decode_last("1"), three)) << "1 stage";
+  }
+}
+
+// A token at position 8400 has 66 splits, more than the merge kernel loads per round trip (64):
+// the maximum is taken over all of them first. The keys of the last split score far above the
+// others (the largest maximum is in the second chunk of splits; a maximum taken over the first
+// chunk alone would overflow the second's scales to infinity), and the output matches the CPU.
+TEST_F(CudaAttention, AttentionOverMoreSplitsThanOneMergeChunkMatchesCpu) {
+  const int64_t T = 8401, heads = 2, kvh = 1, hd = 64;
+  OneSequence s(T, 64);
+  auto q = randn(heads * hd, 31), k = randn(T * kvh * hd, 32), v = randn(T * kvh * hd, 33);
+  std::copy(q.begin(), q.begin() + hd, q.begin() + hd);  // both heads ask the same
+  for (int64_t t = 8320; t < T; ++t) {
+    for (int64_t d = 0; d < hd; ++d)
+      k[t * hd + d] = 30.0f * q[d];  // (equal scores: a uniform average)
+  }
+  std::vector<float> kp(s.pages * kvh * s.page * hd), vp(kp.size()), ref(heads * hd);
+  Tensor kpt(kp.data(), DType::f32, {s.pages, kvh, s.page, hd}),
+      vpt(vp.data(), DType::f32, {s.pages, kvh, s.page, hd});
+  cpu->store_kv(Tensor(k.data(), DType::f32, {T, kvh * hd}),
+                Tensor(v.data(), DType::f32, {T, kvh * hd}), kpt, vpt, layout_of(s, false, 0, T));
+  cpu->attention(Tensor(q.data(), DType::f32, {1, heads * hd}), heads, kpt, vpt, 0.125f,
+                 layout_of(s, false, T - 1, 1), Tensor(ref.data(), DType::f32, {1, heads * hd}));
+  Tensor kd = upload(kp.data(), DType::f32, {s.pages, kvh, s.page, hd});
+  Tensor vd = upload(vp.data(), DType::f32, {s.pages, kvh, s.page, hd});
+  Tensor out = device_f32(1, heads * hd);
+  gpu->attention(upload(q.data(), DType::f32, {1, heads * hd}), heads, kd, vd, 0.125f,
+                 layout_of(s, true, T - 1, 1), out);
+  const std::vector<float> got = download(out);
+  for (float x : got) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LT(max_abs_diff(got, ref), 1e-5f);
+}
+
+// Prefill launches take blocks of consecutive tokens of one sequence per CTA (the register-tiled
+// kernel). Three sequences in one launch (13, 1 and 300 tokens: blocks end inside each) match
+// the CPU, and every token gives the same bits as when it is decoded alone (the per-token
+// kernel) or prefilled in a chunk that starts elsewhere.
+TEST_F(CudaAttention, AttentionTokenBlocksMatchCpuAndEachTokenAlone) {
+  // Qwen3-8B's heads (group 4, head_dim 128: 32 tokens per block) and Qwen3-Next's (group 8,
+  // head_dim 256: 8 tokens per block).
+  for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}}) {
+    SCOPED_TRACE("heads " + std::to_string(heads) + ", head_dim " + std::to_string(hd));
+    check_token_blocks(heads, kvh, hd);
+  }
+}
+
+void CudaAttention::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
+  const int64_t page = 16;
+  const std::vector<int64_t> lens = {13, 1, 300};
+  const int64_t S = static_cast<int64_t>(lens.size());
+  int64_t T = 0, max_pages = 0, pages = 0;
+  for (int64_t n : lens) {
+    T += n;
+    max_pages = std::max(max_pages, (n + page - 1) / page);
+    pages += (n + page - 1) / page;
+  }
+  // Sequence s owns pages handed out from the top down; its table row is padded with page 0.
+  std::vector<int32_t> pos, seq, start = {0}, table(S * max_pages, 0), slot, state(S, -1), snap;
+  int32_t next_page = static_cast<int32_t>(pages);
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t p = 0; p < (lens[s] + page - 1) / page; ++p)
+      table[s * max_pages + p] = --next_page;
+    for (int64_t i = 0; i < lens[s]; ++i) {
+      pos.push_back(static_cast<int32_t>(i));
+      seq.push_back(static_cast<int32_t>(s));
+      slot.push_back(static_cast<int32_t>(table[s * max_pages + i / page] * page + i % page));
+      snap.push_back(-1);
+    }
+    start.push_back(static_cast<int32_t>(pos.size()));
+  }
+  // Tokens [t0, t0 + n) of sequence s alone (device), or the whole batch (host or device).
+  auto layout = [&](bool device, int64_t s, int64_t t0, int64_t n) {
+    BatchLayout l;
+    const bool all = s < 0;
+    l.num_tokens = all ? T : n;
+    l.num_seqs = all ? S : 1;
+    l.page_size = page;
+    l.max_pages = max_pages;
+    auto make = [&](const int32_t* d, int64_t len) {
+      return device ? upload(d, DType::i32, {len})
+                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
+    };
+    static const std::vector<int32_t> zeros(1024, 0);
+    const int64_t first = all ? 0 : start[s] + t0;
+    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
+    l.positions = make(pos.data() + first, l.num_tokens);
+    l.token_seq = all ? make(seq.data(), T) : make(zeros.data(), n);
+    l.seq_start = all ? make(start.data(), S + 1) : upload(st.data(), DType::i32, {2});
+    l.page_table = make(table.data() + (all ? 0 : s * max_pages), (all ? S : 1) * max_pages);
+    l.kv_slot = make(slot.data() + first, l.num_tokens);
+    l.state_slot = make(state.data(), l.num_seqs);
+    l.snapshot_slot = make(snap.data() + first, l.num_tokens);
+    return l;
+  };
+  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 21,
+                                             layout(false, -1, 0, T), layout(true, -1, 0, T));
+  const std::vector<float>& got = all.got;
+
+  const int64_t row = heads * hd;
+  auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
+    Tensor part = device_f32(n, row);
+    const int64_t first = start[s] + t0;
+    gpu->attention(all.qd.slice_rows(first, first + n), heads, all.kd, all.vd, 0.125f,
+                   layout(true, s, t0, n), part);
+    std::vector<float> mine = download(part);
+    return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
+  };
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t t = 0; t < lens[s]; t += (t % 7 == 0 ? 1 : 5))
+      EXPECT_TRUE(same_as_batch(s, t, 1)) << "sequence " << s << " token " << t << " alone";
+  }
+  EXPECT_TRUE(same_as_batch(2, 101, 150)) << "a chunk of the long sequence";
+}
+
+}  // namespace
+}  // namespace hibana

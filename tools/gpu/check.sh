@@ -177,17 +177,18 @@ stage_kernel() {
     "$OUT/kernel_details.txt" | head -40
 }
 
-# Decode lines of one variant, tagged for tools/gpu/ab_table.py and appended to $OUT/ab.txt:
+# Decode lines of one variant, tagged for tools/gpu/ab_table.py and appended to $OUT/ab.txt
+# (each run's whole output to $OUT/ab_runs.log):
 # bench_tagged LABEL BINARY CONFIG DTYPE [NAME=VALUE ...] (the environment of that run).
 bench_tagged() {
   local label=${1// /,} bin=$2 cfg=$3 dt=$4  # (one word: the table splits on spaces)
   shift 4
   ( [ $# -eq 0 ] || export "$@"; decode_run "$bin" "$cfg" "$dt" 400 "${BATCHES:-1,8}" ) |
-    grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" | tee -a "$OUT/ab.txt"
+    tee -a "$OUT/ab_runs.log" | grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" | tee -a "$OUT/ab.txt"
 }
 
-# CONFIGS: the decode shapes, CONFIG:DTYPE each (both by default).
-configs() { echo "${CONFIGS:-qwen3-8b:bf16 qwen3-next-80b-a3b:fp8}" | tr ':' ' '; }
+# CONFIGS: the decode shapes, CONFIG:DTYPE each (both by default), one line per shape.
+configs() { echo "${CONFIGS:-qwen3-8b:bf16 qwen3-next-80b-a3b:fp8}" | tr ' ' '\n' | tr ':' ' '; }
 
 # A benchmark knob swept on the decode shapes: KNOB=NAME VALUES="v1 v2 ..." (the first is the
 # reference), ROUNDS rounds (2) with the values alternating, then the table of ratios.

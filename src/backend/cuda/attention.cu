@@ -141,27 +141,58 @@ __global__ void attention_split_kernel(AttnParams p) {
   float* ks = sm;                // [S][kTile][hd + 4]
   float* vs = ks + S * kstride;  // [S][kTile][hd]
   float* qs = vs + S * vstride;  // [group][hd]
+
+  // Lane l of each warp finds the row (in units of hd floats: below 2^31, checked) where key
+  // l of each of the split's tiles starts — one page lookup and one 32-bit division per key,
+  // all issued at the start (a tile's copies then wait on no load); a copy takes its key's row
+  // from that lane.
+  static_assert(kTile == 32 && kSplit % kTile == 0, "one key per lane");
+  constexpr int kTilesPerSplit = kSplit / kTile;
+  int key_rows[kTilesPerSplit];
+#pragma unroll
+  for (int i = 0; i < kTilesPerSplit; ++i) {
+    const int pl = begin + i * kTile + lane;
+    key_rows[i] =
+        pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
+  }
   for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
-  const int q4 = hd / 4;  // four values per copy (hd % 4 == 0, checked)
-  // Lane l of each warp finds the row (in units of hd floats: below 2^31, checked) where key
-  // j0 + l of the tile starts — one page lookup and one 32-bit division per key, not per copy;
-  // a copy takes its key's row from that lane. A warp's copies are all in the loop or all out
-  // of it (kTile * q4 is a multiple of 32).
-  static_assert(kTile == 32, "one key per lane");
-  auto load_tile = [&](int j0, int slot) {
+  auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
     float* vd = vs + slot * vstride;
-    const int pl = j0 + lane;
-    const int key_row =
-        pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
-    for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
-      const int j = idx / q4, d = (idx % q4) * 4;
-      const int row = __shfl_sync(0xffffffffu, key_row, j);
-      const bool ok = row >= 0;
-      const int64_t src = ok ? static_cast<int64_t>(row) * hd + d : 0;
-      cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
-      cp_async16(vd + j * hd + d, p.vp + src, ok);
+    int key_row = key_rows[0];  // (selected, not indexed: the array stays in registers)
+#pragma unroll
+    for (int i = 1; i < kTilesPerSplit; ++i) key_row = it == i ? key_rows[i] : key_row;
+    if constexpr (HD > 0) {
+      // kLanes lanes copy a key's K and V rows, kCopies float4s each; a warp's step covers
+      // 32 / kLanes keys, the warps take steps in turn (every lane of a warp runs the same
+      // steps: the shuffles see the whole warp).
+      constexpr int kQ4 = HD / 4, kLanes = kQ4 < 32 ? kQ4 : 32, kCopies = kQ4 / kLanes;
+      constexpr int kKeysPerStep = 32 / kLanes;
+      for (int j0 = warp * kKeysPerStep; j0 < kTile; j0 += group * kKeysPerStep) {
+        const int j = j0 + lane / kLanes;
+        const int row = __shfl_sync(0xffffffffu, key_row, j);
+        const bool ok = row >= 0;
+        const int64_t src = ok ? static_cast<int64_t>(row) * HD : 0;
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+          const int d = (c * kLanes + lane % kLanes) * 4;
+          cp_async16(kd + j * (HD + 4) + d, p.kp + src + d, ok);
+          cp_async16(vd + j * HD + d, p.vp + src + d, ok);
+        }
+      }
+    } else {
+      // Four values per copy (hd % 4 == 0, checked). A warp's copies are all in the loop or
+      // all out of it (kTile * q4 is a multiple of 32).
+      const int q4 = hd / 4;
+      for (int idx = threadIdx.x; idx < kTile * q4; idx += blockDim.x) {
+        const int j = idx / q4, d = (idx % q4) * 4;
+        const int row = __shfl_sync(0xffffffffu, key_row, j);
+        const bool ok = row >= 0;
+        const int64_t src = ok ? static_cast<int64_t>(row) * hd + d : 0;
+        cp_async16(kd + j * (hd + 4) + d, p.kp + src, ok);
+        cp_async16(vd + j * hd + d, p.vp + src, ok);
+      }
     }
   };
 
@@ -172,13 +203,13 @@ __global__ void attention_split_kernel(AttnParams p) {
   float m_run = -INFINITY, l_run = 0.0f;
   const int ntiles = (end - begin + kTile - 1) / kTile;
   for (int it = 0; it < S - 1; ++it) {
-    if (it < ntiles) load_tile(begin + it * kTile, it);
+    if (it < ntiles) load_tile(it, it);
     cp_async_commit();
   }
   for (int it = 0; it < ntiles; ++it) {
     const int j0 = begin + it * kTile;
     // Into the slot the previous tile used (every warp is past it: the barrier below).
-    if (it + S - 1 < ntiles) load_tile(j0 + (S - 1) * kTile, (it + S - 1) % S);
+    if (it + S - 1 < ntiles) load_tile(it + S - 1, (it + S - 1) % S);
     cp_async_commit();
     cp_async_wait<S - 1>();
     __syncthreads();

@@ -23,17 +23,6 @@ using test::randn;
 
 class CudaAttention : public test::CudaFixture {
  public:
-  Tensor device_f32(int64_t rows, int64_t cols) {
-    std::vector<float> zeros(rows * cols, 0.0f);
-    return upload(zeros.data(), DType::f32, {rows, cols});
-  }
-  static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    float worst = 0.0f;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-      worst = std::max(worst, std::fabs(a[i] - b[i]));
-    return worst;
-  }
   static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }

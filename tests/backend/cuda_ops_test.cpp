@@ -23,18 +23,6 @@ using test::randn;
 
 class CudaOps : public test::CudaFixture {
  public:
-  Tensor device_f32(int64_t rows, int64_t cols) {
-    std::vector<float> zeros(rows * cols, 0.0f);
-    return upload(zeros.data(), DType::f32, {rows, cols});
-  }
-  static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    float worst = 0.0f;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-      worst = std::max(worst, std::fabs(a[i] - b[i]));
-    return worst;
-  }
-
   // The CPU's routing of `logits` and its experts' output for x, the reference; and the GPU's
   // routing of the same logits, which must pick the same experts with the same weights (its
   // id buffer starts as zeros, so a router that writes nothing fails).
@@ -105,6 +93,34 @@ TestWeight make_weight(CudaOps& t, DType dtype, int64_t N, int64_t K, uint32_t s
     w.host.block_cols = w.dev.block_cols = 128;
   }
   return w;
+}
+
+// E experts (bf16: [I, H] gate and up, [H, I] down, seeds from `seed`) on both devices; keep
+// holds their bytes.
+struct ExpertSet {
+  ExpertWeights host, dev;
+  std::vector<TestWeight> keep;
+};
+
+ExpertSet make_experts(CudaOps& t, int64_t E, int64_t H, int64_t I, uint32_t seed) {
+  ExpertSet set;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int m = 0; m < 3; ++m) {
+      const bool down = m == 2;
+      set.keep.push_back(make_weight(t, DType::bf16, down ? H : I, down ? I : H,
+                                     static_cast<uint32_t>(seed + 3 * e + m)));
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const TestWeight &g = set.keep[3 * e], &u = set.keep[3 * e + 1], &d = set.keep[3 * e + 2];
+    set.host.gate.push_back(g.host);
+    set.host.up.push_back(u.host);
+    set.host.down.push_back(d.host);
+    set.dev.gate.push_back(g.dev);
+    set.dev.up.push_back(u.dev);
+    set.dev.down.push_back(d.dev);
+  }
+  return set;
 }
 
 TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
@@ -279,21 +295,8 @@ TEST_F(CudaOps, MoeMatchesCpuAndTokensDoNotDependOnTheirNeighbours) {
 // 1024): 1100 tokens x 4 experts, every pair grouped and computed as on the CPU.
 TEST_F(CudaOps, MoeGroupsMorePairsThanItsThreadsHold) {
   const int64_t E = 16, k = 4, H = 64, I = 32, T = 1100;
-  ExpertWeights host, dev;
-  std::vector<TestWeight> keep_w;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int m = 0; m < 3; ++m) {
-      const bool down = m == 2;
-      keep_w.push_back(make_weight(*this, DType::bf16, down ? H : I, down ? I : H,
-                                   static_cast<uint32_t>(2000 + 3 * e + m)));
-    }
-    host.gate.push_back(keep_w[3 * e].host);
-    host.up.push_back(keep_w[3 * e + 1].host);
-    host.down.push_back(keep_w[3 * e + 2].host);
-    dev.gate.push_back(keep_w[3 * e].dev);
-    dev.up.push_back(keep_w[3 * e + 1].dev);
-    dev.down.push_back(keep_w[3 * e + 2].dev);
-  }
+  const ExpertSet set = make_experts(*this, E, H, I, 2000);
+  const ExpertWeights &host = set.host, &dev = set.dev;
   auto x = randn(T * H, 9), logits = randn(T * E, 10);
   auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, host);
   Tensor out = device_f32(T, H);
@@ -309,21 +312,11 @@ TEST_F(CudaOps, MoeWithManyExpertsAndStackedGateUpMatchesCpu) {
   for (const int64_t E : {int64_t{512}, int64_t{1100}}) {
     SCOPED_TRACE(E);
     const int64_t k = 8, H = 128, I = 64, T = 40;
-    ExpertWeights host, dev, stacked;
-    std::vector<TestWeight> keep_w;
+    const ExpertSet set = make_experts(*this, E, H, I, 1000);
+    const ExpertWeights &host = set.host, &dev = set.dev;
+    ExpertWeights stacked;
     for (int64_t e = 0; e < E; ++e) {
-      for (int m = 0; m < 3; ++m) {
-        const bool down = m == 2;
-        keep_w.push_back(make_weight(*this, DType::bf16, down ? H : I, down ? I : H,
-                                     static_cast<uint32_t>(1000 + 3 * e + m)));
-      }
-      const TestWeight &g = keep_w[3 * e], &u = keep_w[3 * e + 1], &d = keep_w[3 * e + 2];
-      host.gate.push_back(g.host);
-      host.up.push_back(u.host);
-      host.down.push_back(d.host);
-      dev.gate.push_back(g.dev);
-      dev.up.push_back(u.dev);
-      dev.down.push_back(d.dev);
+      const TestWeight &g = set.keep[3 * e], &u = set.keep[3 * e + 1], &d = set.keep[3 * e + 2];
       std::vector<uint8_t> both(g.bytes);
       both.insert(both.end(), u.bytes.begin(), u.bytes.end());
       Weight gu;

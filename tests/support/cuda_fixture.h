@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -33,6 +34,18 @@ class CudaFixture : public testing::Test {
     std::vector<float> v(t.numel());
     copy_to_host(t, v.data());
     return v;
+  }
+  // A zeroed [rows, cols] f32 device tensor, kept alive by the fixture.
+  Tensor device_f32(int64_t rows, int64_t cols) {
+    std::vector<float> zeros(rows * cols, 0.0f);
+    return upload(zeros.data(), DType::f32, {rows, cols});
+  }
+  static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+    return worst;
   }
 
   std::unique_ptr<Backend> gpu, cpu;

@@ -23,6 +23,8 @@ using test::randn;
 
 class CudaOps : public test::CudaFixture {
  public:
+  void check_batches_and_views(int64_t N, int64_t K);
+
   // The CPU's routing of `logits` and its experts' output for x, the reference; and the GPU's
   // routing of the same logits, which must pick the same experts with the same weights (its
   // id buffer starts as zeros, so a router that writes nothing fails).
@@ -124,9 +126,16 @@ ExpertSet make_experts(CudaOps& t, int64_t E, int64_t H, int64_t I, uint32_t see
 }
 
 TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
-  // K gives several splits; M > 64 runs them serially in the tensor-core kernel, M > 32 in the
-  // SIMT one.
-  const int64_t N = 600, K = 3072, M = 300;
+  // K gives several splits (600 x 3072: 6; 200 x 8192: 16, more than the split reduction loads
+  // at once); M > 64 runs them serially in the tensor-core kernel, M > 32 in the SIMT one.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{600, 3072}, {200, 8192}}) {
+    SCOPED_TRACE(testing::Message() << N << " x " << K);
+    check_batches_and_views(N, K);
+  }
+}
+
+void CudaOps::check_batches_and_views(int64_t N, int64_t K) {
+  const int64_t M = 300;
   auto x = randn(M * K, 7);
   for (DType dtype : {DType::f32, DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));

@@ -209,9 +209,10 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   for (int i = 0; i < TM; ++i) {
     const int64_t orow = o_row[g * TM + i];
     if (orow < 0) continue;
-    float t = __ldcg(p.partial + orow * p.N + n);
-    for (int s = 1; s < p.splits; ++s) t = t + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
-    p.out[orow * p.ldo + n] = t;
+    const int64_t elem[1] = {orow * p.N + n};
+    float t[1];
+    split_sums(p.partial, elem, p.M * p.N, p.splits, t);
+    p.out[orow * p.ldo + n] = t[0];
   }
 }
 

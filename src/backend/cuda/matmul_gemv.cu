@@ -119,16 +119,13 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
   const int64_t tile =
       (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
   if (!last_to_finish(p.counters + tile, p.splits)) return;
-  // Every sum before any store (a store to out could alias a later partial for the compiler).
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // Every sum before any store (a store to out could alias a later partial for the compiler);
+  // the four sums' loads at once (elements without an output read a valid one, unused).
+  float v[4];
+  int64_t elem[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (orow[i] < 0) continue;
-    v[i] = __ldcg(p.partial + orow[i] * p.N + col[i]);
-    for (int s = 1; s < p.splits; ++s) {
-      v[i] = v[i] + __ldcg(p.partial + (s * p.M + orow[i]) * p.N + col[i]);
-    }
-  }
+  for (int i = 0; i < 4; ++i) elem[i] = max(orow[i], int64_t{0}) * p.N + min(col[i], p.N - 1);
+  split_sums(p.partial, elem, p.M * p.N, p.splits, v);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = v[i];

@@ -112,6 +112,39 @@ __device__ __forceinline__ bool last_to_finish(int* counter, int splits) {
   return true;
 }
 
+// The reducing CTA's sums of kOut output elements over a launch's splits: element i's partial
+// of split s at partial[s * stride + elem[i]]. The adds run in split order (sum = p0, sum +=
+// p1, ...), but kHeld splits' loads of every element are issued before any is added, so up to
+// kHeld splits the reduction costs one round trip to L2, not one per split and element (a
+// loop of dependent loads and adds, branching per element, serialised them). Splits past the
+// last load the last one again (in bounds, not added).
+template <int kOut>
+__device__ __forceinline__ void split_sums(const float* partial, const int64_t (&elem)[kOut],
+                                           int64_t stride, int splits, float (&sum)[kOut]) {
+  constexpr int kHeld = 8;
+  for (int s0 = 0; s0 < splits; s0 += kHeld) {
+    float part[kOut][kHeld];
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) {
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        part[i][s] = __ldcg(partial + min(s0 + s, splits - 1) * stride + elem[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) {
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        if (s0 + s == 0) {
+          sum[i] = part[i][s];
+        } else if (s0 + s < splits) {
+          sum[i] = sum[i] + part[i][s];
+        }
+      }
+    }
+  }
+}
+
 // For a split-parallel launch of tiles of `bn` weight rows x `bm` x rows: the partial sums
 // ([splits][M][N]) and the zeroed per-tile counters (each reducing CTA resets its own) that
 // p points at while the returned scratch lives.

@@ -263,9 +263,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
       (static_cast<int64_t>(blockIdx.z) * m_tiles_y + m_tile) * gridDim.x + blockIdx.x;
   if (!last_to_finish(p.counters + tile, p.splits)) return;
   for_outputs([&](int64_t orow, int64_t n, float) {
-    float v = __ldcg(p.partial + orow * p.N + n);
-    for (int s = 1; s < p.splits; ++s) v = v + __ldcg(p.partial + (s * p.M + orow) * p.N + n);
-    p.out[orow * p.ldo + n] = v;
+    const int64_t elem[1] = {orow * p.N + n};
+    float v[1];
+    split_sums(p.partial, elem, p.M * p.N, p.splits, v);
+    p.out[orow * p.ldo + n] = v[0];
   });
 }
 

@@ -182,9 +182,12 @@ class Backend {
   virtual void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                              Tensor out) = 0;
 
-  // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation.
-  virtual void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
-                         Tensor weights) = 0;
+  // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation, into ids
+  // and weights [T, k]. With a shared_gate ([T, 1] logits of a shared expert's gate; empty:
+  // none) they are [T, k + 1] and column k is the shared expert as one more pair: id E, weight
+  // sigmoid(shared_gate) (moe_experts then computes it with the routed ones, as expert E).
+  virtual void moe_route(const Tensor& logits, int64_t k, bool renormalise,
+                         const Tensor& shared_gate, Tensor ids, Tensor weights) = 0;
   // out[t] = sum_j weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t, j];
   // pairs whose id is -1 are skipped (they add nothing, whatever their weight).
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

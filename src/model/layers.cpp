@@ -129,21 +129,11 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   // With the shared expert's gate stacked under the router: one matmul, its last column the
   // gate (each output column is its own weight row's product: the same values either way).
   const bool stacked = !w.router_gate.empty();
-  OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E);
+  OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E), own_gate;
   be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
   const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;
-  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, k}, be.device()),
-              weights = scratch(be, T, k);
-  be.moe_route(logits, k, c.norm_topk_prob, ids.tensor, weights.tensor);
-  const int64_t held = static_cast<int64_t>(w.experts.gate.size());
-  if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
-    be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
-  }
-  be.moe_experts(xn, ids.tensor, weights.tensor, w.experts, out);
+  Tensor gate;  // the shared expert's gate logits [T, 1]
   if (!w.shared.gate.empty()) {
-    OwnedTensor shared = scratch(be, T, c.hidden_size), own_gate;
-    mlp(w.shared, be, xn, shared.tensor);
-    Tensor gate;
     if (stacked) {
       gate = columns(scores.tensor, E, 1);
     } else {
@@ -151,6 +141,22 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
       be.matmul(xn, w.shared_gate, own_gate.tensor);
       gate = own_gate.tensor;
     }
+  }
+  // With the shared expert beside the routed ones (MoeWeights::with_shared) it is every token's
+  // pair k: id E, weight sigmoid(gate), computed in the routed experts' launches.
+  const bool folded = !w.with_shared.gate.empty();
+  const int64_t pairs = k + (folded ? 1 : 0);
+  OwnedTensor ids = make_uninit_tensor(DType::i32, {T, pairs}, be.device()),
+              weights = scratch(be, T, pairs);
+  be.moe_route(logits, k, c.norm_topk_prob, folded ? gate : Tensor{}, ids.tensor, weights.tensor);
+  const int64_t held = static_cast<int64_t>(w.experts.gate.size());
+  if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
+    be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
+  }
+  be.moe_experts(xn, ids.tensor, weights.tensor, folded ? w.with_shared : w.experts, out);
+  if (!folded && !w.shared.gate.empty()) {
+    OwnedTensor shared = scratch(be, T, c.hidden_size);
+    mlp(w.shared, be, xn, shared.tensor);
     be.add_sigmoid_scaled(out, shared.tensor, gate);
   }
 }

@@ -196,6 +196,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
     move_weights(weights_, backend_->device());
   }
+  fold_shared_experts(weights_);
   if (backend_->can_capture()) {
     graphs_ = std::make_unique<DecodeGraphs>(*backend_, config_.vocab_size,
                                              config_.num_attention_layers() > 0,

@@ -342,6 +342,48 @@ Weight stack_on_device(const std::vector<Weight*>& parts, Device device,
 }
 }  // namespace
 
+namespace {
+// Whether two matrices are stored alike (shape, dtype, scale layout): interchangeable in one
+// grouped launch.
+bool stored_alike(const Weight& a, const Weight& b) {
+  return !a.empty() && !b.empty() && a.w.dtype == b.w.dtype && a.rows() == b.rows() &&
+         a.cols() == b.cols() && a.scale.empty() == b.scale.empty() &&
+         (a.scale.empty() || (a.scale.dtype == b.scale.dtype && a.block_rows == b.block_rows &&
+                              a.block_cols == b.block_cols));
+}
+
+// MoeWeights::with_shared, where the shared expert is stored like the routed ones and this
+// rank holds all E experts (expert parallelism keeps a block: the shared expert stays apart).
+void fold_shared_expert(MoeWeights& m) {
+  m.with_shared = ExpertWeights{};
+  const ExpertWeights& ex = m.experts;
+  const MlpWeights& sh = m.shared;
+  if (ex.gate.empty() || sh.gate.empty() || m.shared_gate.empty() ||
+      static_cast<int64_t>(ex.gate.size()) != m.router.rows()) {
+    return;
+  }
+  if (!stored_alike(ex.gate[0], sh.gate) || !stored_alike(ex.up[0], sh.up) ||
+      !stored_alike(ex.down[0], sh.down) || ex.gate_up.empty() != sh.gate_up.empty() ||
+      (!ex.gate_up.empty() && !stored_alike(ex.gate_up[0], sh.gate_up))) {
+    return;
+  }
+  m.with_shared.gate = ex.gate;
+  m.with_shared.up = ex.up;
+  m.with_shared.down = ex.down;
+  m.with_shared.gate_up = ex.gate_up;
+  m.with_shared.gate.push_back(sh.gate);
+  m.with_shared.up.push_back(sh.up);
+  m.with_shared.down.push_back(sh.down);
+  if (!sh.gate_up.empty()) m.with_shared.gate_up.push_back(sh.gate_up);
+}
+
+}  // namespace
+
+void fold_shared_experts(ModelWeights& w) {
+  for (LayerWeights& l : w.layers) fold_shared_expert(l.moe);
+  if (w.mtp) fold_shared_expert(w.mtp->layer.moe);
+}
+
 void move_weights(ModelWeights& w, Device device) {
   if (device == Device::cpu) return;
   // (host pointer, bytes) -> device copy, so views of the same bytes (tied embeddings) share it.

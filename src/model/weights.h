@@ -52,6 +52,12 @@ struct MoeWeights {
   // [router ; shared_gate] stacked on a GPU (one launch scores the experts and the shared
   // expert's gate; router and shared_gate are then views of it); else empty.
   Weight router_gate;
+  // The routed experts followed by the shared expert (views of the same weights) where the
+  // shared expert has the routed experts' shapes and storage and this rank holds every expert:
+  // the layer then computes the shared expert as expert E, pair k of every token, in the
+  // routed experts' launches (MoE decode is a chain of small launches: four fewer per layer).
+  // Empty otherwise.
+  ExpertWeights with_shared;
 };
 
 struct LayerWeights {
@@ -135,6 +141,10 @@ void unpack_projections(ModelWeights& weights);
 // input (q/k/v, gate/up) are stacked into one matrix there (AttentionWeights::qkv,
 // MlpWeights::gate_up), so that one launch streams them.
 void move_weights(ModelWeights& weights, Device device);
+
+// Sets each MoE layer's MoeWeights::with_shared (the shared expert beside the routed ones,
+// where it is stored like them). Last, once the weights are where and how they stay.
+void fold_shared_experts(ModelWeights& weights);
 
 // Random weights of the config's shapes in `dtype` (bf16, f16, f32, or fp8 with 128x128 block
 // scales), for benchmarks at real shapes. Deterministic for a seed.

@@ -175,16 +175,40 @@ TEST(CpuOps, MoeRoutingTopKAndRenormalisation) {
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.5f, 2.0f};
   std::vector<int32_t> ids(2);
   std::vector<float> w(2);
-  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, true,
+  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, true, Tensor{},
                 Tensor(ids.data(), DType::i32, {1, 2}), Tensor(w.data(), DType::f32, {1, 2}));
   EXPECT_EQ(ids[0], 1);  // tie with expert 4 goes to the lower index
   EXPECT_EQ(ids[1], 4);
   EXPECT_FLOAT_EQ(w[0] + w[1], 1.0f);
-  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, false,
+  be->moe_route(Tensor(logits.data(), DType::f32, {1, 5}), 2, false, Tensor{},
                 Tensor(ids.data(), DType::i32, {1, 2}), Tensor(w.data(), DType::f32, {1, 2}));
   double z = 0;
   for (float l : logits) z += std::exp(l);
   EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);
+}
+
+// A shared expert's gate logit becomes pair k: id E, weight sigmoid(logit), outside the
+// renormalisation of the routed pairs.
+TEST(CpuOps, MoeRoutingAppendsTheSharedExpert) {
+  auto be = make_cpu_backend();
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.5f, 2.0f, 0.3f, 0.2f, 3.0f, 0.0f, -2.0f};
+  std::vector<float> gate = {0.5f, -1.25f};
+  std::vector<int32_t> ids(6);
+  std::vector<float> w(6);
+  be->moe_route(Tensor(logits.data(), DType::f32, {2, 5}), 2, true,
+                Tensor(gate.data(), DType::f32, {2, 1}), Tensor(ids.data(), DType::i32, {2, 3}),
+                Tensor(w.data(), DType::f32, {2, 3}));
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 4, 5, 2, 0, 5}));
+  EXPECT_FLOAT_EQ(w[0] + w[1], 1.0f);
+  EXPECT_FLOAT_EQ(w[3] + w[4], 1.0f);
+  EXPECT_NEAR(w[2], 1.0 / (1.0 + std::exp(-0.5)), 1e-6);
+  EXPECT_NEAR(w[5], 1.0 / (1.0 + std::exp(1.25)), 1e-6);
+  // k columns where k + 1 are needed: an error, not a write past the row.
+  EXPECT_THROW(
+      be->moe_route(Tensor(logits.data(), DType::f32, {2, 5}), 2, true,
+                    Tensor(gate.data(), DType::f32, {2, 1}), Tensor(ids.data(), DType::i32, {2, 2}),
+                    Tensor(w.data(), DType::f32, {2, 2})),
+      Error);
 }
 
 // Expert parallelism: each of two ranks keeps its block of experts (ids of the others become -1

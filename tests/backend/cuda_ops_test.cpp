@@ -38,7 +38,7 @@ class CudaOps : public test::CudaFixture {
                     int64_t k, int64_t H, const ExpertWeights& host) {
     std::vector<int32_t> ids(T * k);
     std::vector<float> weights(T * k), ref(T * H);
-    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true,
+    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true, Tensor{},
                    Tensor(ids.data(), DType::i32, {T, k}),
                    Tensor(weights.data(), DType::f32, {T, k}));
     cpu->moe_experts(Tensor(x.data(), DType::f32, {T, H}), Tensor(ids.data(), DType::i32, {T, k}),
@@ -47,7 +47,7 @@ class CudaOps : public test::CudaFixture {
     const std::vector<int32_t> zero_ids(T * k, 0);
     Tensor idd = upload(zero_ids.data(), DType::i32, {T, k});
     Tensor wd = device_f32(T, k);
-    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, idd, wd);
+    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true, Tensor{}, idd, wd);
     std::vector<int32_t> gids(T * k);
     copy_to_host(idd, gids.data());
     EXPECT_EQ(gids, ids);
@@ -311,6 +311,30 @@ TEST_F(CudaOps, MoeGroupsMorePairsThanItsThreadsHold) {
   Tensor out = device_f32(T, H);
   gpu->moe_experts(upload(x.data(), DType::f32, {T, H}), idd, wd, dev, out);
   EXPECT_LT(max_abs_diff(download(out), ref), 1e-5f);
+}
+
+// The shared expert's pair appended by the router (id E, weight sigmoid(gate)) on the GPU as on
+// the CPU, for expert counts of each routing kernel (registers, memory).
+TEST_F(CudaOps, MoeRouteAppendsTheSharedExpertLikeTheCpu) {
+  for (const int64_t E : {int64_t{64}, int64_t{600}}) {
+    SCOPED_TRACE(E);
+    const int64_t T = 7, k = 4;
+    auto logits = randn(T * E, 21), gate = randn(T, 22);
+    std::vector<int32_t> ids(T * (k + 1)), gids(T * (k + 1));
+    std::vector<float> weights(T * (k + 1));
+    cpu->moe_route(
+        Tensor(logits.data(), DType::f32, {T, E}), k, true, Tensor(gate.data(), DType::f32, {T, 1}),
+        Tensor(ids.data(), DType::i32, {T, k + 1}), Tensor(weights.data(), DType::f32, {T, k + 1}));
+    const std::vector<int32_t> zero_ids(T * (k + 1), 0);
+    Tensor idd = upload(zero_ids.data(), DType::i32, {T, k + 1});
+    Tensor wd = device_f32(T, k + 1);
+    gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, true,
+                   upload(gate.data(), DType::f32, {T, 1}), idd, wd);
+    copy_to_host(idd, gids.data());
+    EXPECT_EQ(gids, ids);
+    EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+    for (int64_t t = 0; t < T; ++t) EXPECT_EQ(gids[t * (k + 1) + k], E);
+  }
 }
 
 // Routing and grouping with more experts than the kernels keep per thread (E > 512: the router

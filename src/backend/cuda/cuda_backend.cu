@@ -472,10 +472,10 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "gated_rmsnorm");
     cuda::gated_rmsnorm(x, z, w, eps, out);
   }
-  void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids,
-                 Tensor weights) override {
+  void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+                 Tensor ids, Tensor weights) override {
     Timed timed(timer_, "moe_route");
-    cuda::moe_route(logits, k, renormalise, ids, weights);
+    cuda::moe_route(logits, k, renormalise, shared_gate, ids, weights);
   }
   void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) override {
     Timed timed(timer_, "moe_keep_experts");

@@ -235,14 +235,17 @@ __global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y,
 // One warp per token: softmax over E logits, then k rounds of arg-max (ties to the lower index).
 // Lane l holds the probabilities of experts l, l + 32, ...: in registers when E <= 32 * kPer
 // (the decode case: no memory traffic between the rounds), else in `probs`. Both forms perform
-// the same operations in the same order.
+// the same operations in the same order. Rows of ids and weights are ldo apart (k, or k + 1
+// with a shared expert: its gate logit, when given, becomes pair k, id E).
 template <int kPer>
 __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, int64_t E, int k,
-                                 bool renormalise, int32_t* ids, float* weights, float* probs) {
+                                 bool renormalise, const float* shared_gate, int64_t ldg,
+                                 int32_t* ids, float* weights, int64_t ldo, float* probs) {
   pdl_start();
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;
+  const float gate = shared_gate ? shared_gate[t * ldg] : 0.0f;  // (loaded with the logits)
   const float* l = logits + t * ldl;
   float* p = probs + t * E;
   float reg[kPer > 0 ? kPer : 1];
@@ -304,8 +307,8 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
       mine_e = best_e;
     }
     if (k > 32 && lane == 0) {
-      ids[t * k + j] = best_e;
-      weights[t * k + j] = best;
+      ids[t * ldo + j] = best_e;
+      weights[t * ldo + j] = best;
     }
     total += best;
     __syncwarp();
@@ -319,11 +322,15 @@ __global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, in
   // at once; more picks went out in their rounds and are divided here (load, divide, store).
   if (k <= 32) {
     if (lane < k) {
-      ids[t * k + lane] = mine_e;
-      weights[t * k + lane] = renormalise ? mine / total : mine;
+      ids[t * ldo + lane] = mine_e;
+      weights[t * ldo + lane] = renormalise ? mine / total : mine;
     }
   } else if (renormalise && lane == 0) {
-    for (int j = 0; j < k; ++j) weights[t * k + j] /= total;
+    for (int j = 0; j < k; ++j) weights[t * ldo + j] /= total;
+  }
+  if (shared_gate && lane == 0) {
+    ids[t * ldo + k] = static_cast<int32_t>(E);
+    weights[t * ldo + k] = sigmoid_f(gate);
   }
 }
 
@@ -456,15 +463,22 @@ void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) {
   launched("add_sigmoid_scaled_kernel");
 }
 
-void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Tensor weights) {
+void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+               Tensor ids, Tensor weights) {
   const int64_t T = logits.shape[0], E = logits.shape[1];
+  const bool shared = !shared_gate.empty();
   check(k >= 1 && k <= E, ErrorKind::internal, "moe_route: top-k out of range");
   check(ids.is_contiguous() && weights.is_contiguous(), ErrorKind::internal,
         "moe_route: outputs must be contiguous");
+  check(ids.shape[1] == k + shared && weights.shape[1] == k + shared, ErrorKind::internal,
+        "moe_route: ids and weights need k (+1 with a shared expert) columns");
   if (T == 0) return;
   auto go = [&](auto kernel, float* probs) {
     launch_pdl(kernel, blocks_for(T * 32, 128), 128, 0, logits.ptr<float>(), ld(logits), T, E,
-               static_cast<int>(k), renormalise, ids.ptr<int32_t>(), weights.ptr<float>(), probs);
+               static_cast<int>(k), renormalise,
+               shared ? shared_gate.ptr<float>() : static_cast<const float*>(nullptr),
+               shared ? ld(shared_gate) : int64_t{0}, ids.ptr<int32_t>(), weights.ptr<float>(),
+               k + shared, probs);
     launched("moe_route_kernel");
   };
   if (E <= 128) return go(moe_route_kernel<4>, nullptr);

@@ -21,7 +21,8 @@ void add(Tensor x, const Tensor& y);
 void mul_sigmoid(Tensor x, const Tensor& g);
 void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor out);
-void moe_route(const Tensor& logits, int64_t k, bool renormalise, Tensor ids, Tensor weights);
+void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+               Tensor ids, Tensor weights);
 
 // matmul.cu
 void matmul(const Tensor& x, const Weight& w, Tensor out);

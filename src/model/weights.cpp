@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 
 #include "core/device_memory.h"
@@ -343,13 +344,16 @@ Weight stack_on_device(const std::vector<Weight*>& parts, Device device,
 }  // namespace
 
 namespace {
-// Whether two matrices are stored alike (shape, dtype, scale layout): interchangeable in one
-// grouped launch.
+// Whether two matrices are stored alike (shape, dtype, row stride, 16-byte alignment, scale
+// layout): interchangeable in one grouped launch, which describes every matrix by the first.
 bool stored_alike(const Weight& a, const Weight& b) {
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
   return !a.empty() && !b.empty() && a.w.dtype == b.w.dtype && a.rows() == b.rows() &&
-         a.cols() == b.cols() && a.scale.empty() == b.scale.empty() &&
-         (a.scale.empty() || (a.scale.dtype == b.scale.dtype && a.block_rows == b.block_rows &&
-                              a.block_cols == b.block_cols));
+         a.cols() == b.cols() && a.w.stride[0] == b.w.stride[0] && aligned(a.w) == aligned(b.w) &&
+         a.scale.empty() == b.scale.empty() &&
+         (a.scale.empty() ||
+          (a.scale.dtype == b.scale.dtype && a.scale.stride[0] == b.scale.stride[0] &&
+           a.block_rows == b.block_rows && a.block_cols == b.block_cols));
 }
 
 // MoeWeights::with_shared, where the shared expert is stored like the routed ones and this

@@ -17,6 +17,10 @@
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
+# (.devdeps, here, before the first call: ../shared/device/pack-debs nlohmann-json3-dev
+# libcpp-httplib-dev libcli11-dev libpcre2-dev libutf8proc-dev liburing-dev libxxhash-dev
+# libgtest-dev libgmock-dev ninja-build — 5.5 MiB; the tree sent there must stay under 64 MiB,
+# so nothing optional such as MPI.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}

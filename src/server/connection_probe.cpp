@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace hibana::server {
@@ -34,7 +35,8 @@ ConnectionProbe::ConnectionProbe(std::string local_addr, int local_port, std::st
       local_port_(local_port),
       remote_port_(remote_port) {}
 
-int ConnectionProbe::find_socket() const {
+int ConnectionProbe::find_socket(bool& peer_lost) const {
+  peer_lost = false;
   if (remote_port_ <= 0 || local_port_ <= 0) return -1;
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return -1;
@@ -43,30 +45,49 @@ int ConnectionProbe::find_socket() const {
     char* end = nullptr;
     long fd = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || fd < 0 || fd == dirfd(dir)) continue;
+    const int s = static_cast<int>(fd);
     struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (fstat(s, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
     sockaddr_storage peer{}, local{};
     socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
-      continue;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
-      continue;
     std::string ph, lh;
     int pp = 0, lp = 0;
-    if (!endpoint(peer, peer_len, ph, pp) || !endpoint(local, local_len, lh, lp)) continue;
-    if (pp == remote_port_ && lp == local_port_ && ph == remote_addr_ && lh == local_addr_) {
-      found = static_cast<int>(fd);
+    if (getsockname(s, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        !endpoint(local, local_len, lh, lp) || lp != local_port_ || lh != local_addr_) {
+      continue;
+    }
+    if (getpeername(s, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+      // A connection on our local endpoint without a peer: reset (a listening socket has no
+      // peer either, and is told apart by SO_ACCEPTCONN).
+      int listening = 0;
+      socklen_t len = sizeof(listening);
+      if (errno == ENOTCONN && getsockopt(s, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
+          !listening) {
+        peer_lost = true;
+      }
+      continue;
+    }
+    if (endpoint(peer, peer_len, ph, pp) && pp == remote_port_ && ph == remote_addr_) {
+      found = s;
       break;
     }
   }
   closedir(dir);
+  if (found >= 0) peer_lost = false;
   return found;
 }
 
 bool ConnectionProbe::closed() {
   if (closed_) return true;
-  if (fd_ == -2) fd_ = find_socket();
-  if (fd_ < 0) return false;
+  if (fd_ == -2) {
+    // The connection's socket is open while its handler runs. Not among the connected sockets
+    // but beside one on our endpoint that lost its peer: ours, reset before this first look
+    // (a reset socket has no peer address to be found by).
+    bool peer_lost = false;
+    fd_ = find_socket(peer_lost);
+    if (fd_ < 0 && peer_lost) closed_ = true;
+  }
+  if (fd_ < 0) return closed_;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {

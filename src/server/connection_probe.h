@@ -19,11 +19,14 @@ class ConnectionProbe {
  public:
   ConnectionProbe(std::string local_addr, int local_port, std::string remote_addr, int remote_port);
   // True once the peer has closed or reset the connection. Cheap after the first call (which
-  // scans /proc/self/fd); false when the socket cannot be found.
+  // scans /proc/self/fd); false when the socket cannot be found, unless a socket on the local
+  // endpoint has lost its peer (a connection reset before the first call: its socket can no
+  // longer be found by the peer's address).
   bool closed();
 
  private:
-  int find_socket() const;
+  // The connection's socket, or -1; peer_lost: a socket on the local endpoint has no peer.
+  int find_socket(bool& peer_lost) const;
   std::string local_addr_, remote_addr_;
   int local_port_, remote_port_;
   int fd_ = -2;  // -2: not looked up yet, -1: not found

@@ -407,11 +407,15 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
   // Two warps per query head (HIBANA_CUDA_ATTENTION_WARPS_PER_HEAD=2, a benchmark knob read at
   // every launch; the same bits) where a compiled variant has them and the CTA stays within
-  // 1024 threads.
-  const int warps = knob("HIBANA_CUDA_ATTENTION_WARPS_PER_HEAD", 1) == 2 && stages >= 2 &&
-                            (hd == 128 || hd == 256) && group * 64 <= 1024
-                        ? 2
-                        : 1;
+  // what the kernel can launch (its registers bound the threads per CTA below 1024).
+  const bool two_warps = knob("HIBANA_CUDA_ATTENTION_WARPS_PER_HEAD", 1) == 2 && stages >= 2 &&
+                         (hd == 128 || hd == 256);
+  int warps = 1;
+  if (two_warps) {
+    cudaFuncAttributes attr{};
+    HIBANA_CUDA(cudaFuncGetAttributes(&attr, split_kernel(stages, hd, 2)));
+    if (group * 64 <= attr.maxThreadsPerBlock) warps = 2;
+  }
   // The kernel finds a key's row in 32 bits (in units of head_dim floats).
   check(k_pages.shape[0] * kv_heads * page < (int64_t{1} << 31), ErrorKind::unsupported,
         "CUDA attention: more than 2^31 KV rows per layer");

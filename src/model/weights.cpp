@@ -341,9 +341,7 @@ Weight stack_on_device(const std::vector<Weight*>& parts, Device device,
   if (!parts[0]->scale.empty()) stacked.scale = place(&Weight::scale);
   return stacked;
 }
-}  // namespace
 
-namespace {
 // Whether two matrices are stored alike (shape, dtype, row stride, 16-byte alignment, scale
 // layout): interchangeable in one grouped launch, which describes every matrix by the first.
 bool stored_alike(const Weight& a, const Weight& b) {
@@ -380,7 +378,6 @@ void fold_shared_expert(MoeWeights& m) {
   m.with_shared.down.push_back(sh.down);
   if (!sh.gate_up.empty()) m.with_shared.gate_up.push_back(sh.gate_up);
 }
-
 }  // namespace
 
 void fold_shared_experts(ModelWeights& w) {

@@ -251,8 +251,9 @@ namespace {
 // the weight is an expert's) only, never on the batch: every kernel splits a product alike.
 // Grouped (MoE expert) launches read their own tile target, HIBANA_CUDA_GROUPED_SPLIT_TILES
 // (the same 264 unless set): a token's k experts already give a decode step k times the tiles
-// of one matrix, so fewer splits may serve them better (a benchmark knob, like the others). The knobs are
-// read once: a value other than the default changes every product's splits, hence its bits.
+// of one matrix, so fewer splits may serve them better (a benchmark knob, like the others).
+// The knobs are read once: a value other than the default changes every product's splits,
+// hence its bits.
 int64_t split_length(int64_t N, int64_t K, bool grouped) {
   static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
   static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", plain_tiles);

@@ -110,18 +110,13 @@ __device__ __forceinline__ float key_score(const float* q, const float* k, int h
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
-// split), W warps per query head of the group, S tiles of K and V in flight. attention_tiled.cu
+// split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
 // repeats this arithmetic exactly for blocks of tokens. HD is the head_dim where it is one of
 // the compiled variants (the copies' index arithmetic becomes shifts, the score loop unrolls,
-// the value rows are read as vectors), 0 for any other multiple of 4. With W = 2 (compiled
-// head_dims 128 and 256) a head's two warps both compute its scores and softmax and each adds
-// the values of half its dimensions: twice the warps for a decode step whose few CTAs leave the
-// SMs waiting on latency, each dimension's sum the same chain as with one warp.
-template <int S, int HD, int W = 1>
+// the value rows are read as vectors), 0 for any other multiple of 4.
+template <int S, int HD>
 __global__ void attention_split_kernel(AttnParams p) {
-  static_assert(W == 1 || (HD > 0 && W == 2), "two warps per head: compiled head_dims only");
-  constexpr int kDims = HD / W;  // the dimensions whose values a warp adds (0: run-time)
-  using L = ValueLanes<kDims>;
+  using L = ValueLanes<HD>;
   pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
@@ -131,11 +126,9 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int begin = split * kSplit;
   if (begin > qpos) return;
   const int end = min(qpos + 1, begin + kSplit);
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = warps / W, hw = warp / W, part = warp % W;  // hw: the warp's head
+  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
-  const int h = kvh * group + hw;
-  const int dim0 = part * kDims;  // the warp's first value dimension
+  const int h = kvh * group + warp;
   const int page = static_cast<int>(p.page);
   const int32_t* pages = p.table + seq * p.max_pages;
 
@@ -162,9 +155,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     key_rows[i] =
         pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
   }
-  if (part == 0) {
-    for (int d = lane; d < hd; d += 32) qs[hw * hd + d] = p.q[t * p.ldq + h * hd + d];
-  }
+  for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
@@ -178,7 +169,7 @@ __global__ void attention_split_kernel(AttnParams p) {
       // steps: the shuffles see the whole warp).
       constexpr int kQ4 = HD / 4, kLanes = kQ4 < 32 ? kQ4 : 32, kCopies = kQ4 / kLanes;
       constexpr int kKeysPerStep = 32 / kLanes;
-      for (int j0 = warp * kKeysPerStep; j0 < kTile; j0 += warps * kKeysPerStep) {
+      for (int j0 = warp * kKeysPerStep; j0 < kTile; j0 += group * kKeysPerStep) {
         const int j = j0 + lane / kLanes;
         const int row = __shfl_sync(0xffffffffu, key_row, j);
         const bool ok = row >= 0;
@@ -206,7 +197,6 @@ __global__ void attention_split_kernel(AttnParams p) {
   };
 
   constexpr int kAcc = HD == 0 ? kMaxDimsPerLane : L::kRuns * L::kVec;
-  static_assert(HD == 0 || kAcc * 32 == kDims, "a warp's lanes own its dimensions");
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
@@ -228,7 +218,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
     const float s =
-        valid ? key_score<HD>(qs + hw * hd, kt + lane * (hd + 4), hd) * p.scale : -INFINITY;
+        valid ? key_score<HD>(qs + warp * hd, kt + lane * (hd + 4), hd) * p.scale : -INFINITY;
     const float m_new = fmaxf(m_run, warp_max(s));
     const float pj = valid ? expf(s - m_new) : 0.0f;
     const float alpha = expf(m_run - m_new);
@@ -240,11 +230,11 @@ __global__ void attention_split_kernel(AttnParams p) {
     if (nvalid == kTile) {  // a full tile: every key's row, unrolled
 #pragma unroll 8
       for (int j = 0; j < kTile; ++j)
-        add_value_row<kDims>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd + dim0, hd, lane, acc);
+        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
     } else {
 #pragma unroll 4
       for (int j = 0; j < nvalid; ++j)
-        add_value_row<kDims>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd + dim0, hd, lane, acc);
+        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
     }
     __syncthreads();  // the slot is refilled next
   }
@@ -254,10 +244,10 @@ __global__ void attention_split_kernel(AttnParams p) {
 #pragma unroll
     for (int c = 0; c < L::kVec; ++c) {
       const int d = L::dim(r, c, lane);
-      if (HD > 0 || d < hd) out[dim0 + d] = acc[r * L::kVec + c];
+      if (HD > 0 || d < hd) out[d] = acc[r * L::kVec + c];
     }
   }
-  if (lane == 0 && part == 0) {
+  if (lane == 0) {
     out[hd] = m_run;
     out[hd + 1] = l_run;
   }
@@ -326,19 +316,18 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
 
 using SplitKernel = void (*)(AttnParams);
 
-// The per-token kernel for `stages` tiles in flight, this head_dim and `warps` per query head:
-// the compiled variants for head_dim 64, 128 and 256 with 2 or 3 stages (128 and 256 also with
-// two warps per head), the run-time head_dim kernel otherwise.
-SplitKernel split_kernel(int stages, int64_t hd, int warps = 1) {
-  auto fixed = [hd, warps](auto s) -> SplitKernel {
+// The per-token kernel for `stages` tiles in flight and this head_dim: the compiled variants
+// for head_dim 64, 128 and 256 with 2 or 3 stages, the run-time head_dim kernel otherwise.
+SplitKernel split_kernel(int stages, int64_t hd) {
+  auto fixed = [hd](auto s) -> SplitKernel {
     constexpr int S = decltype(s)::value;
     switch (hd) {
       case 64:
         return attention_split_kernel<S, 64>;
       case 128:
-        return warps == 2 ? attention_split_kernel<S, 128, 2> : attention_split_kernel<S, 128>;
+        return attention_split_kernel<S, 128>;
       case 256:
-        return warps == 2 ? attention_split_kernel<S, 256, 2> : attention_split_kernel<S, 256>;
+        return attention_split_kernel<S, 256>;
       default:
         return attention_split_kernel<S, 0>;
     }
@@ -392,10 +381,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (int stages = 1; stages <= 3; ++stages) {
       for (int64_t d : {0, 64, 128, 256}) {
-        for (int w : {1, 2}) {
-          HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d, w),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, v));
-        }
+        HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, v));
       }
     }
     return v;
@@ -405,17 +392,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const size_t smem = smem_for(stages);
   check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
-  // Two warps per query head (HIBANA_CUDA_ATTENTION_WARPS_PER_HEAD=2, a benchmark knob read at
-  // every launch; the same bits) where a compiled variant has them and the CTA stays within
-  // what the kernel can launch (its registers bound the threads per CTA below 1024).
-  const bool two_warps = knob("HIBANA_CUDA_ATTENTION_WARPS_PER_HEAD", 1) == 2 && stages >= 2 &&
-                         (hd == 128 || hd == 256);
-  int warps = 1;
-  if (two_warps) {
-    cudaFuncAttributes attr{};
-    HIBANA_CUDA(cudaFuncGetAttributes(&attr, split_kernel(stages, hd, 2)));
-    if (group * 64 <= attr.maxThreadsPerBlock) warps = 2;
-  }
   // The kernel finds a key's row in 32 bits (in units of head_dim floats).
   check(k_pages.shape[0] * kv_heads * page < (int64_t{1} << 31), ErrorKind::unsupported,
         "CUDA attention: more than 2^31 KV rows per layer");
@@ -456,8 +432,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     } else {
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
-      launch_pdl(split_kernel(stages, hd, warps), grid, static_cast<unsigned>(group * 32 * warps),
-                 smem, p);
+      launch_pdl(split_kernel(stages, hd), grid, static_cast<unsigned>(group * 32), smem, p);
       launched("attention_split_kernel");
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,

@@ -205,6 +205,12 @@ TEST_F(CudaOps, PackedDecodeMatmulWithPerWarpActivationsGivesTheSameBits) {
   expect_decode_rows_match_batch(*this, 17000, 4608, {1, 2});
 }
 
+// The 8B's down projection (4096 x 12288, 8 splits of 1536): at one row its 512 CTAs fit in
+// one wave with the shared activations only beside the smaller weight ring (10 KiB a warp).
+TEST_F(CudaOps, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
+  expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
+}
+
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
 // past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
 // of 208 take the tensor-core paths and end inside their 32- / 64-element chunk; a batch of 130

@@ -54,8 +54,13 @@ constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int kStageK = 64;             // k per pipeline stage
 constexpr int kRingPerWarp = 12 << 10;  // bytes of a warp's weight ring
+// The ring where the shared activations fit the grid in one wave only beside a smaller ring
+// (the 8B's down projection at batch 1: 512 CTAs, 4 per SM with 10 KiB rings, 3 with 12 KiB;
+// the whole 8B step 2.7% faster on the H200, docs/benchmarks.md, thirteenth slice). Where the
+// large ring fits, the small one measured slower (1.3% of that step in all).
+constexpr int kSmallRingPerWarp = 10 << 10;
 
-template <Elt E>
+template <Elt E, int kRing = kRingPerWarp>
 struct Gemv {
   static constexpr int esize = EltInfo<E>::size;
   static constexpr int VE = 16 / esize;      // weight elements per 16-byte copy
@@ -64,9 +69,9 @@ struct Gemv {
   static constexpr int MMAS = VE / 4;        // k16 products per chunk
   static constexpr int kLaneCopies = 2 * U;  // 16-byte copies of a lane per stage
   static constexpr int kStageBytes = kLaneCopies * 32 * 16;
-  static constexpr int D = kRingPerWarp / kStageBytes;  // ring depth in stages
-  static constexpr int kXPerStage = U * VE;             // activations of a lane per stage
-  static constexpr int kSmem = kWarps * kRingPerWarp;
+  static constexpr int D = kRing / kStageBytes;  // ring depth in stages
+  static constexpr int kXPerStage = U * VE;      // activations of a lane per stage
+  static constexpr int kSmem = kWarps * kRing;
   static_assert(D >= 3 && kXPerStage == kStageK / 4, "ring shape");
   // Split activations in shared memory (kXShared): per token row three planes, the h, m and
   // l terms, each two words (bf16x2 of elements 01 and 23) per 4 k; planes padded so that the 8
@@ -141,9 +146,9 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
-  using S = Gemv<E>;
+  using S = Gemv<E, kRing>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kTerms = kPacked ? 1 : 3;                 // terms (planes) a lane loads
   extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
@@ -419,12 +424,12 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp>
 void configure() {
   static const bool done = [] {
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked>,
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Gemv<E>::kSmem + (kXShared ? kXSharedMax : 0)));
+                                     Gemv<E, kRing>::kSmem + (kXShared ? kXSharedMax : 0)));
     return true;
   }();
   (void)done;
@@ -439,13 +444,25 @@ void launch(const Params& p, int groups, int x_rows) {
   const int64_t ctas = (p.N + kRowsPerCta - 1) / kRowsPerCta * p.splits * groups;
   const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
   const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
-  const bool shared_x =
-      x_bytes <= static_cast<size_t>(kXSharedMax) && !(ctas > wave_shared && ctas <= wave_plain);
+  const bool x_fits = x_bytes <= static_cast<size_t>(kXSharedMax);
+  bool shared_x = x_fits && !(ctas > wave_shared && ctas <= wave_plain);
+  // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
+  // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3 never).
+  using Small = Gemv<E, kSmallRingPerWarp>;
+  static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
+  bool small = false;
+  if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {
+    small = ctas <= static_cast<int64_t>(ctas_per_sm(Small::kSmem + x_bytes)) * num_sms();
+    shared_x = small;
+  }
+  if (shared_x && small_mode == 2) small = true;
   configure<E, kGrouped, true, kPacked>();
   configure<E, kGrouped, false, kPacked>();
-  auto kernel =
-      shared_x ? gemv_kernel<E, kGrouped, true, kPacked> : gemv_kernel<E, kGrouped, false, kPacked>;
-  const size_t smem = S::kSmem + (shared_x ? x_bytes : 0);
+  configure<E, kGrouped, true, kPacked, kSmallRingPerWarp>();
+  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmallRingPerWarp>
+                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked>
+                           : gemv_kernel<E, kGrouped, false, kPacked>;
+  const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
   launch_pdl(kernel, grid, dim3(kWarps * 32), smem, p, x_rows);

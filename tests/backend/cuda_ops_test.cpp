@@ -97,19 +97,20 @@ TestWeight make_weight(CudaOps& t, DType dtype, int64_t N, int64_t K, uint32_t s
   return w;
 }
 
-// E experts (bf16: [I, H] gate and up, [H, I] down, seeds from `seed`) on both devices; keep
-// holds their bytes.
+// E experts ([I, H] gate and up, [H, I] down, seeds from `seed`; bf16 unless asked) on both
+// devices; keep holds their bytes.
 struct ExpertSet {
   ExpertWeights host, dev;
   std::vector<TestWeight> keep;
 };
 
-ExpertSet make_experts(CudaOps& t, int64_t E, int64_t H, int64_t I, uint32_t seed) {
+ExpertSet make_experts(CudaOps& t, int64_t E, int64_t H, int64_t I, uint32_t seed,
+                       DType dtype = DType::bf16) {
   ExpertSet set;
   for (int64_t e = 0; e < E; ++e) {
     for (int m = 0; m < 3; ++m) {
       const bool down = m == 2;
-      set.keep.push_back(make_weight(t, DType::bf16, down ? H : I, down ? I : H,
+      set.keep.push_back(make_weight(t, dtype, down ? H : I, down ? I : H,
                                      static_cast<uint32_t>(seed + 3 * e + m)));
     }
   }
@@ -406,6 +407,32 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
       cpu->add_rmsnorm(rx, Tensor(y.data(), DType::f32, {T, H}), Tensor(w.data(), DType::f32, {H}),
                        1e-6f, zc, Tensor(ref_n.data(), DType::f32, {T, H}));
       EXPECT_LT(max_abs_diff(download(n2), ref_n), 1e-4f);
+    }
+  }
+}
+
+// Expert products long enough to be split (H = I = 1024: gate, up and down each in 2 splits of
+// 512 and the grouped launches' split reduction, whatever the grouped tile target), in bf16 and
+// in fp8 with block scales: the CPU's outputs, and the first tokens' bits the same alone as in
+// the batch (1, 3 and 8 tokens: the decode kernel; 40, ~10 rows per expert: the small-batch one).
+TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
+  const int64_t E = 8, k = 2, H = 1024, I = 1024, T = 40;
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ExpertSet set = make_experts(*this, E, H, I, 3000, dtype);
+    auto x = randn(T * H, 11), logits = randn(T * E, 12);
+    auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, set.host);
+    Tensor xd = upload(x.data(), DType::f32, {T, H});
+    Tensor out = device_f32(T, H);
+    gpu->moe_experts(xd, idd, wd, set.dev, out);
+    std::vector<float> all = download(out);
+    EXPECT_LT(max_abs_diff(all, ref), 1e-4f);
+    for (int64_t m : {1, 3, 8}) {
+      Tensor part = device_f32(m, H);
+      gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
+                       part);
+      EXPECT_EQ(std::memcmp(download(part).data(), all.data(), m * H * sizeof(float)), 0)
+          << m << " tokens";
     }
   }
 }

@@ -8,7 +8,7 @@
 # matmul outside hibana beside the weight stream, VARIANTS of it), kernel (Nsight Compute's
 # full sections for one kernel of the decode step: KERNEL, SKIP), sweep (a benchmark knob swept
 # on the decode shapes: KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES
-# VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "264 64 32" with
+# VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with
 # CONFIGS=qwen3-next-80b-a3b:fp8),
 # ab (this tree against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in
 # one session, with ratios; `ab` builds both trees at once, so run it before `tests`),

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <xxhash.h>
 
@@ -194,7 +195,12 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
   }
   if (backend_->device() != Device::cpu) {
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
+    const auto start = std::chrono::steady_clock::now();
     move_weights(weights_, backend_->device());
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log_info("weights copied in ", s, " s (",
+             static_cast<double>(weights_.matrix_bytes) / 1e9 / std::max(s, 1e-9), " GB/s)");
   }
   fold_shared_experts(weights_);
   if (backend_->can_capture()) {
@@ -271,7 +277,12 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
   ModelConfig config = parse_model_config(read_text_file(config_path), config_path);
   // Every rank makes the same whole model and keeps its part.
   std::optional<Shard> shard = make_shard(config, comm, dtype == DType::f8_e4m3, expert_parallel);
-  ModelWeights weights = make_dummy_weights(config, dtype, seed);
+  // Bound for a device: pooled host values (no host memory of the model's size to fill).
+  const auto start = std::chrono::steady_clock::now();
+  ModelWeights weights =
+      make_dummy_weights(config, dtype, seed, true, backend->device() != Device::cpu);
+  log_info("dummy weights made in ",
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s");
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
                                    std::move(shard));

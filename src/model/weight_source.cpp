@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
@@ -176,10 +178,51 @@ inline uint64_t splitmix(uint64_t& x) {
 }
 inline float uniform01(uint64_t& s) { return static_cast<float>(splitmix(s) >> 40) * 0x1.0p-24f; }
 
+// Fills `len` elements of a dummy matrix from generator state s. One 64-bit draw gives eight
+// fp8 codes with exponent fields below 8 (|x| < 2 before the per-block scale of amp, never
+// NaN: a code with bit 6 set loses bits 6 and 3) or four 16-bit uniforms for values in
+// [-amp√3, amp√3) (bf16 keeps 8 bits of them). Two draws per fp8 byte before: 1.33 ns a byte
+// on one core, 0.15 now.
+void fill_block(DType dtype, char* dst, int64_t len, float amp, uint64_t& s) {
+  if (dtype == DType::f8_e4m3) {
+    for (int64_t i = 0; i < len; i += 8) {
+      uint64_t w = splitmix(s);
+      const uint64_t big = w & 0x4040404040404040ull;
+      w &= ~(big | (big >> 3));
+      std::memcpy(dst + i, &w, static_cast<size_t>(std::min<int64_t>(8, len - i)));
+    }
+    return;
+  }
+  const float scale = amp * 1.7320508f;
+  auto each = [&](auto* out, auto convert) {
+    for (int64_t i = 0; i < len; i += 4) {
+      const uint64_t w = splitmix(s);
+      for (int64_t j = 0; j < 4 && i + j < len; ++j) {
+        const float u = static_cast<float>((w >> (16 * j)) & 0xffff) * 0x1.0p-16f;
+        out[i + j] = convert((u * 2.0f - 1.0f) * scale);
+      }
+    }
+  };
+  if (dtype == DType::f32) return each(reinterpret_cast<float*>(dst), [](float v) { return v; });
+  if (dtype == DType::bf16) return each(reinterpret_cast<uint16_t*>(dst), f32_to_bf16);
+  each(reinterpret_cast<uint16_t*>(dst), f32_to_f16);
+}
+
+// Fills n elements at dst from the blocks of generator stream `seed` (thread-count independent).
+void fill_random(DType dtype, char* dst, int64_t n, float amp, uint64_t seed) {
+  constexpr int64_t kBlock = 1 << 16;  // elements, a multiple of 8
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  default_thread_pool().parallel_for((n + kBlock - 1) / kBlock, [&](int64_t b) {
+    uint64_t s = seed * 0x100000001b3ull + static_cast<uint64_t>(b);
+    const int64_t i0 = b * kBlock;
+    fill_block(dtype, dst + i0 * esize, std::min(n, i0 + kBlock) - i0, amp, s);
+  });
+}
+
 class DummySource final : public WeightSource {
  public:
-  DummySource(DType dtype, uint64_t seed, bool with_mtp)
-      : dtype_(dtype), seed_(seed), with_mtp_(with_mtp) {
+  DummySource(DType dtype, uint64_t seed, bool with_mtp, bool pooled)
+      : dtype_(dtype), seed_(seed), with_mtp_(with_mtp), pooled_(pooled) {
     if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16 &&
         dtype != DType::f8_e4m3) {
       throw Error(ErrorKind::invalid_argument,
@@ -218,30 +261,18 @@ class DummySource final : public WeightSource {
  private:
   std::vector<Weight> stacked_impl(int64_t count, int64_t rows, int64_t cols) {
     const int64_t n = count * rows * cols;
-    auto buf = new_buffer(static_cast<size_t>(n) * dtype_size(dtype_));
+    const size_t esize = dtype_size(dtype_);
     const uint64_t tensor_seed = seed_ * 1000003 + (counter_++);
     const float amp = 0.1f / std::sqrt(static_cast<float>(cols));  // keeps activations tame
-    constexpr int64_t kBlock = 1 << 16;
-    char* base = static_cast<char*>(buf->data());
-    default_thread_pool().parallel_for((n + kBlock - 1) / kBlock, [&](int64_t b) {
-      uint64_t s = tensor_seed * 0x100000001b3ull + static_cast<uint64_t>(b);
-      const int64_t i1 = std::min(n, (b + 1) * kBlock);
-      for (int64_t i = b * kBlock; i < i1; ++i) {
-        float v = (uniform01(s) * 2.0f - 1.0f) * amp * 1.7320508f;
-        switch (dtype_) {
-          case DType::f32: reinterpret_cast<float*>(base)[i] = v; break;
-          case DType::bf16: reinterpret_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
-          case DType::f16: reinterpret_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
-          default: {
-            // fp8 codes of magnitude below 1.0 times a per-block scale of amp.
-            uint8_t code = static_cast<uint8_t>(splitmix(s) & 0xff);
-            if ((code & 0x78) >= 0x40) code &= 0xb7;  // keep |x| < 1 (exponent < 8); never NaN
-            reinterpret_cast<uint8_t*>(base)[i] = code;
-          }
-        }
-      }
-    });
-    owned.push_back(buf);
+    char* base = nullptr;
+    if (pooled_) {
+      base = pooled_view(cols, static_cast<size_t>(n) * esize, amp);
+    } else {
+      auto buf = new_buffer(static_cast<size_t>(n) * esize);
+      base = static_cast<char*>(buf->data());
+      fill_random(dtype_, base, n, amp, tensor_seed);
+      owned.push_back(buf);
+    }
     std::vector<Weight> out(count);
     const size_t each = static_cast<size_t>(rows * cols) * dtype_size(dtype_);
     for (int64_t e = 0; e < count; ++e) {
@@ -261,10 +292,45 @@ class DummySource final : public WeightSource {
     return out;
   }
 
+  // Pooled: `bytes` of a pool of random values for matrices of `cols` columns (their values
+  // scale with 1 / sqrt(cols)), at an offset no earlier view of the pool has (move_weights
+  // gives views of equal pointer and size one device copy). A request larger than the pool,
+  // or one past its offsets, starts a new one; the earlier views keep theirs.
+  char* pooled_view(int64_t cols, size_t bytes, float amp) {
+    constexpr size_t kStep = 64, kOffsets = 1 << 16;  // 4 MiB of distinct offsets
+    Pool& p = pools_[cols];
+    if (p.bytes < bytes + kStep * kOffsets || p.views == kOffsets) {
+      const size_t esize = dtype_size(dtype_);
+      const size_t nb = (bytes + kStep * kOffsets + esize - 1) / esize * esize;
+      char* data = nullptr;
+      std::shared_ptr<void> mem;
+      if (void* pinned = allocate_pinned(nb)) {  // page-locked: a faster copy to the device
+        data = static_cast<char*>(pinned);
+        mem = std::shared_ptr<void>(pinned, [nb](void* q) { release_pinned(q, nb); });
+      } else {
+        auto buf = new_buffer(nb);
+        data = static_cast<char*>(buf->data());
+        mem = std::move(buf);
+      }
+      fill_random(dtype_, data, static_cast<int64_t>(nb / esize), amp, seed_ * 7 + pools_made_++);
+      owned.push_back(std::move(mem));
+      p = Pool{data, nb, 0};
+    }
+    return p.data + kStep * p.views++;
+  }
+
+  struct Pool {
+    char* data = nullptr;
+    size_t bytes = 0;
+    size_t views = 0;
+  };
   DType dtype_;
   uint64_t seed_;
   bool with_mtp_;
+  bool pooled_;
   uint64_t counter_ = 0;
+  std::map<int64_t, Pool> pools_;  // pooled: by the matrices' column count
+  uint64_t pools_made_ = 0;
 };
 
 }  // namespace
@@ -273,8 +339,9 @@ std::unique_ptr<WeightSource> make_checkpoint_source(std::shared_ptr<Checkpoint>
   return std::make_unique<CheckpointSource>(std::move(checkpoint));
 }
 
-std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool with_mtp) {
-  return std::make_unique<DummySource>(dtype, seed, with_mtp);
+std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool with_mtp,
+                                                bool pooled) {
+  return std::make_unique<DummySource>(dtype, seed, with_mtp, pooled);
 }
 
 }  // namespace hibana

@@ -463,8 +463,8 @@ ModelWeights load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint>
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
-                                bool with_mtp) {
-  auto src = make_dummy_source(dtype, seed, with_mtp);
+                                bool with_mtp, bool pooled) {
+  auto src = make_dummy_source(dtype, seed, with_mtp, pooled);
   return build(config, *src, with_mtp);
 }
 

@@ -147,8 +147,9 @@ void move_weights(ModelWeights& weights, Device device);
 void fold_shared_experts(ModelWeights& weights);
 
 // Random weights of the config's shapes in `dtype` (bf16, f16, f32, or fp8 with 128x128 block
-// scales), for benchmarks at real shapes. Deterministic for a seed.
+// scales), for benchmarks at real shapes. Deterministic for a seed. `pooled`: matrices are
+// views into a few pools of random values (make_dummy_source), for weights bound for a device.
 ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed = 1,
-                                bool with_mtp = true);
+                                bool with_mtp = true, bool pooled = false);
 
 }  // namespace hibana

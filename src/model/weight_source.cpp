@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "core/device_memory.h"
 #include "core/error.h"
@@ -22,16 +24,24 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 float to_f32(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f8_e4m3: return f8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
-    case DType::f64: return static_cast<float>(static_cast<const double*>(p)[i]);
-    default: throw Error(ErrorKind::internal, "to_f32 on a non-float dtype");
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f8_e4m3:
+      return f8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::f64:
+      return static_cast<float>(static_cast<const double*>(p)[i]);
+    default:
+      throw Error(ErrorKind::internal, "to_f32 on a non-float dtype");
   }
 }
 
-std::shared_ptr<Buffer> new_buffer(size_t bytes) { return std::make_shared<Buffer>(bytes); }
+std::shared_ptr<Buffer> new_buffer(size_t bytes) {
+  return std::make_shared<Buffer>(bytes);
+}
 
 class CheckpointSource final : public WeightSource {
  public:
@@ -66,7 +76,8 @@ class CheckpointSource final : public WeightSource {
       if (!whole.scale.empty()) {
         const Tensor& s = whole.scale;  // [count, sr, sc]
         const size_t per = static_cast<size_t>(s.shape[1] * s.shape[2]) * dtype_size(s.dtype);
-        out[e].scale = Tensor(static_cast<char*>(s.data) + e * per, s.dtype, {s.shape[1], s.shape[2]});
+        out[e].scale =
+            Tensor(static_cast<char*>(s.data) + e * per, s.dtype, {s.shape[1], s.shape[2]});
         out[e].block_rows = whole.block_rows;
         out[e].block_cols = whole.block_cols;
       }
@@ -100,9 +111,9 @@ class CheckpointSource final : public WeightSource {
   void expect_shape(const std::string& name, const TensorInfo& info,
                     const std::vector<int64_t>& want) {
     if (info.shape != want) {
-      throw Error(ErrorKind::invalid_argument,
-                  ck_->dir() + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
-                      " but the config needs " + shape_str(want));
+      throw Error(ErrorKind::invalid_argument, ck_->dir() + ": tensor '" + name + "' has shape " +
+                                                   shape_str(info.shape) +
+                                                   " but the config needs " + shape_str(want));
     }
     if (info.dtype != DType::f32 && info.dtype != DType::bf16 && info.dtype != DType::f16 &&
         info.dtype != DType::f8_e4m3) {
@@ -125,9 +136,8 @@ class CheckpointSource final : public WeightSource {
       }
     }
     if (sname.empty()) {
-      throw Error(ErrorKind::not_found, ck_->dir() + ": fp8 tensor '" + name +
-                                            "' has no '" + name + "_scale_inv' or '" + name +
-                                            "_scale' tensor");
+      throw Error(ErrorKind::not_found, ck_->dir() + ": fp8 tensor '" + name + "' has no '" + name +
+                                            "_scale_inv' or '" + name + "_scale' tensor");
     }
     const TensorInfo& si = ck_->info(sname);
     std::vector<int64_t> s = si.shape;
@@ -149,13 +159,13 @@ class CheckpointSource final : public WeightSource {
     w.block_cols = (cols + s[1] - 1) / s[1];
     if ((rows + w.block_rows - 1) / w.block_rows != s[0] ||
         (cols + w.block_cols - 1) / w.block_cols != s[1]) {
-      throw Error(ErrorKind::invalid_argument,
-                  ck_->dir() + ": scale '" + sname + "' shape " + shape_str(si.shape) +
-                      " is not a whole number of blocks");
+      throw Error(ErrorKind::invalid_argument, ck_->dir() + ": scale '" + sname + "' shape " +
+                                                   shape_str(si.shape) +
+                                                   " is not a whole number of blocks");
     }
     if (si.dtype != DType::f32 && si.dtype != DType::bf16) {
-      throw Error(ErrorKind::unsupported, ck_->dir() + ": scale '" + sname + "' has dtype " +
-                                              dtype_name(si.dtype));
+      throw Error(ErrorKind::unsupported,
+                  ck_->dir() + ": scale '" + sname + "' has dtype " + dtype_name(si.dtype));
     }
     Tensor t = ck_->tensor(sname);
     if (count > 1 || si.shape.size() == 3) {
@@ -168,7 +178,7 @@ class CheckpointSource final : public WeightSource {
   std::shared_ptr<Checkpoint> ck_;
 };
 
-// splitmix64: a tiny, fast, well-mixed generator; each 4096-element block is seeded from
+// splitmix64: a tiny, fast, well-mixed generator; each 65536-element block is seeded from
 // (seed, tensor index, block index) so the values do not depend on the thread count.
 inline uint64_t splitmix(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -176,7 +186,9 @@ inline uint64_t splitmix(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-inline float uniform01(uint64_t& s) { return static_cast<float>(splitmix(s) >> 40) * 0x1.0p-24f; }
+inline float uniform01(uint64_t& s) {
+  return static_cast<float>(splitmix(s) >> 40) * 0x1.0p-24f;
+}
 
 // Fills `len` elements of a dummy matrix from generator state s. One 64-bit draw gives eight
 // fp8 codes with exponent fields below 8 (|x| < 2 before the per-block scale of amp, never
@@ -230,9 +242,7 @@ class DummySource final : public WeightSource {
     }
   }
 
-  bool has(const std::string& name) const override {
-    return with_mtp_ && name == "mtp.fc.weight";
-  }
+  bool has(const std::string& name) const override { return with_mtp_ && name == "mtp.fc.weight"; }
 
   Weight matrix(const std::string&, int64_t rows, int64_t cols) override {
     return stacked_impl(1, rows, cols)[0];
@@ -248,10 +258,18 @@ class DummySource final : public WeightSource {
     uint64_t s = seed_ * 7919 + (counter_++);
     for (int64_t i = 0; i < numel; ++i) {
       switch (fill) {
-        case Fill::ones: p[i] = 1.0f; break;
-        case Fill::zeros: p[i] = 0.0f; break;
-        case Fill::random: p[i] = (uniform01(s) - 0.5f) * 0.2f; break;
-        case Fill::log_uniform_1_16: p[i] = std::log(1.0f + 15.0f * uniform01(s)); break;
+        case Fill::ones:
+          p[i] = 1.0f;
+          break;
+        case Fill::zeros:
+          p[i] = 0.0f;
+          break;
+        case Fill::random:
+          p[i] = (uniform01(s) - 0.5f) * 0.2f;
+          break;
+        case Fill::log_uniform_1_16:
+          p[i] = std::log(1.0f + 15.0f * uniform01(s));
+          break;
       }
     }
     owned.push_back(buf);
@@ -266,7 +284,7 @@ class DummySource final : public WeightSource {
     const float amp = 0.1f / std::sqrt(static_cast<float>(cols));  // keeps activations tame
     char* base = nullptr;
     if (pooled_) {
-      base = pooled_view(cols, static_cast<size_t>(n) * esize, amp);
+      base = pooled_view(cols, count, static_cast<size_t>(rows * cols) * esize, amp);
     } else {
       auto buf = new_buffer(static_cast<size_t>(n) * esize);
       base = static_cast<char*>(buf->data());
@@ -292,31 +310,42 @@ class DummySource final : public WeightSource {
     return out;
   }
 
-  // Pooled: `bytes` of a pool of random values for matrices of `cols` columns (their values
-  // scale with 1 / sqrt(cols)), at an offset no earlier view of the pool has (move_weights
-  // gives views of equal pointer and size one device copy). A request larger than the pool,
-  // or one past its offsets, starts a new one; the earlier views keep theirs.
-  char* pooled_view(int64_t cols, size_t bytes, float amp) {
-    constexpr size_t kStep = 64, kOffsets = 1 << 16;  // 4 MiB of distinct offsets
+  // Pooled: `count` matrices of `each` bytes, one after another, in a pool of random values
+  // for matrices of `cols` columns (their values scale with 1 / sqrt(cols)), at an offset where
+  // none of them has the address and size of an earlier view (move_weights gives views of
+  // equal address and size one device copy; a later stack's matrix e can land on an earlier
+  // one's f when their offsets differ by a multiple of `each`). A request larger than the
+  // pool, or one past its offsets, starts a new one; the earlier views keep theirs.
+  char* pooled_view(int64_t cols, int64_t count, size_t each, float amp) {
+    constexpr size_t kStep = 64, kOffsets = 1 << 16;  // 4 MiB of offsets
+    const size_t bytes = static_cast<size_t>(count) * each;
     Pool& p = pools_[cols];
-    if (p.bytes < bytes + kStep * kOffsets || p.views == kOffsets) {
-      const size_t esize = dtype_size(dtype_);
-      const size_t nb = (bytes + kStep * kOffsets + esize - 1) / esize * esize;
-      char* data = nullptr;
-      std::shared_ptr<void> mem;
-      if (void* pinned = allocate_pinned(nb)) {  // page-locked: a faster copy to the device
-        data = static_cast<char*>(pinned);
-        mem = std::shared_ptr<void>(pinned, [nb](void* q) { release_pinned(q, nb); });
-      } else {
-        auto buf = new_buffer(nb);
-        data = static_cast<char*>(buf->data());
-        mem = std::move(buf);
+    for (;;) {
+      if (p.bytes < bytes + kStep * kOffsets || p.views == kOffsets) {
+        const size_t esize = dtype_size(dtype_);
+        const size_t nb = (bytes + kStep * kOffsets + esize - 1) / esize * esize;
+        char* data = nullptr;
+        std::shared_ptr<void> mem;
+        if (void* pinned = allocate_pinned(nb)) {  // page-locked: a faster copy to the device
+          data = static_cast<char*>(pinned);
+          mem = std::shared_ptr<void>(pinned, [nb](void* q) { release_pinned(q, nb); });
+        } else {
+          auto buf = new_buffer(nb);
+          data = static_cast<char*>(buf->data());
+          mem = std::move(buf);
+        }
+        fill_random(dtype_, data, static_cast<int64_t>(nb / esize), amp, seed_ * 7 + pools_made_++);
+        owned.push_back(std::move(mem));
+        p = Pool{data, nb, 0};
       }
-      fill_random(dtype_, data, static_cast<int64_t>(nb / esize), amp, seed_ * 7 + pools_made_++);
-      owned.push_back(std::move(mem));
-      p = Pool{data, nb, 0};
+      char* base = p.data + kStep * p.views++;
+      bool clash = false;
+      for (int64_t e = 0; e < count && !clash; ++e)
+        clash = issued_.count({base + e * each, each}) > 0;
+      if (clash) continue;
+      for (int64_t e = 0; e < count; ++e) issued_.insert({base + e * each, each});
+      return base;
     }
-    return p.data + kStep * p.views++;
   }
 
   struct Pool {
@@ -329,7 +358,8 @@ class DummySource final : public WeightSource {
   bool with_mtp_;
   bool pooled_;
   uint64_t counter_ = 0;
-  std::map<int64_t, Pool> pools_;  // pooled: by the matrices' column count
+  std::map<int64_t, Pool> pools_;                    // pooled: by the matrices' column count
+  std::set<std::pair<const char*, size_t>> issued_;  // pooled: every view's (address, bytes)
   uint64_t pools_made_ = 0;
 };
 

@@ -13,6 +13,7 @@
 
 #include "core/numeric.h"
 #include "io/mapped_file.h"
+#include "model/weight_source.h"
 #include "model/weights.h"
 #include "state/state_pool.h"
 #include "support/fixture_model.h"
@@ -92,6 +93,18 @@ TEST(DummyWeights, PooledMatricesAreDistinctViewsOfLittleHostMemory) {
   }
   EXPECT_GT(bytes, size_t{1} << 30);
   EXPECT_LT(covered, bytes / 3) << "pooled matrices should share a few pools";
+}
+
+// Stacks of 2 KiB matrices: a stack 32 offsets (2 KiB) after another would start on its
+// second matrix, which move_weights would then copy to the device once for both.
+TEST(DummyWeights, PooledStacksNeverShareAView) {
+  auto src = make_dummy_source(DType::bf16, 1, false, true);
+  std::set<std::pair<const void*, size_t>> views;
+  for (int call = 0; call < 40; ++call) {
+    for (const Weight& w : src->stacked("experts", 40, 1, 1024)) {
+      EXPECT_TRUE(views.emplace(w.w.data, w.w.nbytes()).second) << "stack " << call;
+    }
+  }
 }
 
 TEST(DummyWeights, PooledModelRunsOnTheCpu) {

@@ -411,30 +411,66 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
   }
 }
 
-// Expert products long enough to be split (H = I = 1024: gate, up and down each in 2 splits of
-// 512 and the grouped launches' split reduction, whatever the grouped tile target), in bf16 and
-// in fp8 with block scales: the CPU's outputs, and the first tokens' bits the same alone as in
-// the batch (1, 3 and 8 tokens: the decode kernel; 40, ~10 rows per expert: the small-batch one).
-TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
-  const int64_t E = 8, k = 2, H = 1024, I = 1024, T = 40;
+// Rows [r0, r0 + n) of a matrix (and of its 128-row scale blocks: r0 and n multiples of 128).
+Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
+  Weight part = w;
+  part.w = w.w.slice_rows(r0, r0 + n);
+  if (!w.scale.empty()) part.scale = w.scale.slice_rows(r0 / 128, (r0 + n) / 128);
+  return part;
+}
+
+// MoE experts against the CPU, and the first 1, 3 and 8 tokens' bits (the decode kernel) the
+// same as in the batch of 40 (~10 rows per expert: groups of more than 8 rows take the
+// small-batch kernel, the others the decode one). Stacked: each expert's gate and up rows in
+// one [2I, H] matrix, one grouped launch for both (as move_weights stacks them on a GPU).
+void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
+  const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const ExpertSet set = make_experts(*this, E, H, I, 3000, dtype);
+    ExpertSet set;
+    if (stacked) {
+      for (int64_t e = 0; e < E; ++e) {
+        set.keep.push_back(make_weight(t, dtype, 2 * I, H, static_cast<uint32_t>(4000 + 2 * e)));
+        set.keep.push_back(make_weight(t, dtype, H, I, static_cast<uint32_t>(4001 + 2 * e)));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        const TestWeight &gu = set.keep[2 * e], &d = set.keep[2 * e + 1];
+        set.host.gate.push_back(rows_of(gu.host, 0, I));
+        set.host.up.push_back(rows_of(gu.host, I, I));
+        set.host.down.push_back(d.host);
+        set.dev.gate.push_back(rows_of(gu.dev, 0, I));
+        set.dev.up.push_back(rows_of(gu.dev, I, I));
+        set.dev.down.push_back(d.dev);
+        set.dev.gate_up.push_back(gu.dev);
+      }
+    } else {
+      set = make_experts(t, E, H, I, 3000, dtype);
+    }
     auto x = randn(T * H, 11), logits = randn(T * E, 12);
-    auto [idd, wd, ref, ids, weights] = route_both(x, logits, T, E, k, H, set.host);
-    Tensor xd = upload(x.data(), DType::f32, {T, H});
-    Tensor out = device_f32(T, H);
-    gpu->moe_experts(xd, idd, wd, set.dev, out);
-    std::vector<float> all = download(out);
-    EXPECT_LT(max_abs_diff(all, ref), 1e-4f);
+    auto [idd, wd, ref, ids, weights] = t.route_both(x, logits, T, E, k, H, set.host);
+    Tensor xd = t.upload(x.data(), DType::f32, {T, H});
+    Tensor out = t.device_f32(T, H);
+    t.gpu->moe_experts(xd, idd, wd, set.dev, out);
+    std::vector<float> all = t.download(out);
+    EXPECT_LT(t.max_abs_diff(all, ref), 1e-4f);
     for (int64_t m : {1, 3, 8}) {
-      Tensor part = device_f32(m, H);
-      gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
-                       part);
-      EXPECT_EQ(std::memcmp(download(part).data(), all.data(), m * H * sizeof(float)), 0)
+      Tensor part = t.device_f32(m, H);
+      t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
+                         part);
+      EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
           << m << " tokens";
     }
   }
+}
+
+// Expert products long enough to be split, so that the grouped launches add split partials
+// (the reduction no other MoE test reaches: their products are one split each). H = I = 1024:
+// gate, up and down each in 2 splits of 512 under grouped tile targets of 16 or more. The
+// 80B's shapes stacked (I = 512, H = 2048): gate/up [1024, 2048] in 2 splits at the default
+// target, down [2048, 512] in one.
+TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
+  expect_moe_matches_cpu(*this, 1024, 1024, false);
+  expect_moe_matches_cpu(*this, 2048, 512, true);
 }
 
 // Expert parallelism on the GPU: a rank keeps its block of experts (other ids -1, weight 0),

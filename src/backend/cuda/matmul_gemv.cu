@@ -447,7 +447,8 @@ void launch(const Params& p, int groups, int x_rows) {
   const bool x_fits = x_bytes <= static_cast<size_t>(kXSharedMax);
   bool shared_x = x_fits && !(ctas > wave_shared && ctas <= wave_plain);
   // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
-  // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3 never).
+  // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
+  // other value, never).
   using Small = Gemv<E, kSmallRingPerWarp>;
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;

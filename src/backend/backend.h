@@ -137,6 +137,17 @@ class Backend {
   // x += sigmoid(g[:, 0]) * y with g [R, 1] (the shared-expert gate).
   virtual void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) = 0;
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // out [R, I] = silu(x · gateᵀ) * (x · upᵀ) for gate_up = [gate ; up] (2I rows): a SwiGLU
+  // MLP's first half. A GPU may do it in one launch, with the bits of the matmul and silu_mul.
+  virtual void matmul_swiglu(const Tensor& x, const Weight& gate_up, Tensor out) {
+    const int64_t I = gate_up.rows() / 2;
+    OwnedTensor both = make_uninit_tensor(DType::f32, {x.shape[0], 2 * I}, device());
+    matmul(x, gate_up, both.tensor);
+    Tensor gate = both.tensor, up = both.tensor;
+    gate.shape[1] = up.shape[1] = I;
+    up.data = both.tensor.ptr<float>() + I;
+    silu_mul(gate, up, out);
+  }
 
   // Attention over paged KV. Pages are [num_pages, kv_heads, page_size, head_dim].
   virtual void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,

@@ -111,10 +111,8 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   const int64_t T = xn.shape[0], inter = w.gate.rows();
   OwnedTensor g = scratch(be, T, inter);
-  if (!w.gate_up.empty()) {  // stacked [gate ; up]: one matmul
-    OwnedTensor gu = scratch(be, T, 2 * inter);
-    be.matmul(xn, w.gate_up, gu.tensor);
-    be.silu_mul(columns(gu.tensor, 0, inter), columns(gu.tensor, inter, inter), g.tensor);
+  if (!w.gate_up.empty()) {  // stacked [gate ; up]: one matmul, with the gating on a GPU
+    be.matmul_swiglu(xn, w.gate_up, g.tensor);
   } else {
     OwnedTensor u = scratch(be, T, inter);
     be.matmul(xn, w.gate, g.tensor);

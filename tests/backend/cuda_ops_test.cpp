@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -411,6 +414,63 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
   }
 }
 
+// Sets an environment variable for the scope, then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// The SwiGLU half of an MLP from one decode-kernel launch (HIBANA_CUDA_FUSED_SWIGLU=1) has the
+// bits of the matmul then silu_mul: 1 and 2 rows (packed), 3 and 8, bf16 and fp8, a [2048,
+// 1024] gate/up in 2 splits (the partials carry gate and up apart) and a [3072, 512] in one.
+// A backend with its op timer on shows silu_mul gone; 9 rows take the two ops.
+TEST_F(CudaOps, SwigluMatmulHasTheBitsOfMatmulThenSiluMul) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  for (auto [I, H] : {std::pair<int64_t, int64_t>{1024, 1024}, {1536, 512}}) {
+    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << 2 * I << " x " << H);
+      TestWeight w = make_weight(*this, dtype, 2 * I, H, 21);
+      auto x = randn(9 * H, 22);
+      Tensor xd = upload(x.data(), DType::f32, {9, H});
+      for (int64_t m : {1, 2, 3, 8, 9}) {
+        SCOPED_TRACE(testing::Message() << m << " rows");
+        Tensor apart = device_f32(m, I), fused = device_f32(m, I);
+        timed->timing_report();  // (forgets the ops before)
+        {
+          ScopedEnv off("HIBANA_CUDA_FUSED_SWIGLU", "0");
+          timed->matmul_swiglu(xd.slice_rows(0, m), w.dev, apart);
+          EXPECT_NE(timed->timing_report().find("silu_mul"), std::string::npos);
+        }
+        {
+          ScopedEnv on("HIBANA_CUDA_FUSED_SWIGLU", "1");
+          timed->matmul_swiglu(xd.slice_rows(0, m), w.dev, fused);
+          const std::string ops = timed->timing_report();
+          EXPECT_EQ(ops.find("silu_mul") == std::string::npos, m <= 8) << ops;
+        }
+        const std::vector<float> a = download(apart), f = download(fused);
+        EXPECT_EQ(std::memcmp(a.data(), f.data(), a.size() * sizeof(float)), 0);
+        std::vector<float> ref(m * I);
+        cpu->matmul_swiglu(Tensor(x.data(), DType::f32, {m, H}), w.host,
+                           Tensor(ref.data(), DType::f32, {m, I}));
+        EXPECT_LT(max_abs_diff(f, ref), 1e-4f);
+      }
+    }
+  }
+}
+
 // Rows [r0, r0 + n) of a matrix (and of its 128-row scale blocks: r0 and n multiples of 128).
 Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
   Weight part = w;
@@ -422,7 +482,8 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // MoE experts against the CPU, and the first 1, 3 and 8 tokens' bits (the decode kernel) the
 // same as in the batch of 40 (~10 rows per expert: groups of more than 8 rows take the
 // small-batch kernel, the others the decode one). Stacked: each expert's gate and up rows in
-// one [2I, H] matrix, one grouped launch for both (as move_weights stacks them on a GPU).
+// one [2I, H] matrix, one grouped launch for both (as move_weights stacks them on a GPU), which
+// at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1): the same bits.
 void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
   const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
@@ -454,11 +515,14 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
     std::vector<float> all = t.download(out);
     EXPECT_LT(t.max_abs_diff(all, ref), 1e-4f);
     for (int64_t m : {1, 3, 8}) {
-      Tensor part = t.device_f32(m, H);
-      t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
-                         part);
-      EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
-          << m << " tokens";
+      for (const char* fuse : {"0", "1"}) {
+        ScopedEnv env("HIBANA_CUDA_FUSED_SWIGLU", fuse);
+        Tensor part = t.device_f32(m, H);
+        t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
+                           part);
+        EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
+            << m << " tokens, fused SwiGLU " << fuse;
+      }
     }
   }
 }

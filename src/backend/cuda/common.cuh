@@ -223,6 +223,11 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 __device__ __forceinline__ float silu_f(float x) {
   return x / (1.0f + expf(-x));
 }
+// silu(g) * u, each step rounded on its own (no contraction into an fma, whatever kernel it is
+// inlined into): silu_mul and the decode matmul's fused SwiGLU give the same bits.
+__device__ __forceinline__ float silu_mul_f(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
 
 // Sum over a warp in a fixed butterfly order (every lane gets the same bits).
 __device__ __forceinline__ float warp_sum(float v) {

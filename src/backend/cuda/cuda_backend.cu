@@ -290,6 +290,14 @@ class Timed {
   cudaEvent_t a_{};
 };
 
+// HIBANA_CUDA_FUSED_SWIGLU=1: the decode matmul of a stacked [gate ; up] (dense MLPs and the
+// MoE experts at up to 8 tokens) also computes silu(gate) * up, one launch fewer per layer
+// (the same bits). Off by default until measured; read at every call (tests switch it).
+bool fused_swiglu() {
+  const char* v = std::getenv("HIBANA_CUDA_FUSED_SWIGLU");
+  return v && std::atoi(v) == 1;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -437,6 +445,13 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "silu_mul");
     cuda::silu_mul(gate, up, out);
   }
+  void matmul_swiglu(const Tensor& x, const Weight& gate_up, Tensor out) override {
+    {
+      Timed timed(timer_, "matmul_swiglu");
+      if (fused_swiglu() && cuda::matmul_swiglu(x, gate_up, out)) return;
+    }
+    Backend::matmul_swiglu(x, gate_up, out);
+  }
   void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
                 const BatchLayout& layout) override {
     Timed timed(timer_, "store_kv");
@@ -484,7 +499,7 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts, Tensor out) override {
     Timed timed(timer_, "moe_experts");
-    cuda::moe_experts(x, ids, weights, experts, out);
+    cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu());
   }
   void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                       Tensor out) override {

@@ -205,7 +205,7 @@ __global__ void binary_kernel(float* out, int64_t ldo, const float* a, int64_t l
   } else if constexpr (kOp == Op::mul_sigmoid) {
     out[r * ldo + c] = a[r * lda + c] * sigmoid_f(b[r * ldb + c]);
   } else if constexpr (kOp == Op::silu_mul) {
-    out[r * ldo + c] = silu_f(a[r * lda + c]) * b[r * ldb + c];
+    out[r * ldo + c] = silu_mul_f(a[r * lda + c], b[r * ldb + c]);
   } else {
     out[r * ldo + c] = a[r * lda + index[c]];
   }

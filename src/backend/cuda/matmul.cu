@@ -402,4 +402,25 @@ void matmul(const Tensor& x, const Weight& w, Tensor out) {
   mm::run(p, elt_of(w.w.dtype), false, m, 1);
 }
 
+bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
+  const int64_t m = x.shape[0], I = w.rows() / 2;
+  check(w.rows() % 2 == 0 && w.cols() == x.shape[1], ErrorKind::internal,
+        "matmul_swiglu: x is " + x.shape_string() + " but the weight is " + w.w.shape_string());
+  check(out.shape[0] == m && out.shape[1] == I && out.stride[1] == 1, ErrorKind::internal,
+        "matmul_swiglu: output is " + out.shape_string());
+  mm::Params p{};
+  mm::describe_weight(w, p);
+  mm::describe_x(x, p);
+  const Elt elt = elt_of(w.w.dtype);
+  if (m > 8 || !mm::mma_supports(p, elt)) return false;
+  if (m == 0) return true;
+  p.out = out.ptr<float>();
+  p.ldo = out.stride[0];
+  p.M = m;
+  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
+  p.pair = I;
+  mm::run(p, elt, false, m, 1);  // (the split is the unfused product's: N = 2I)
+  return true;
+}
+
 }  // namespace hibana::cuda

@@ -89,7 +89,9 @@ constexpr int kXSharedMax = 26 << 10;
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
 // tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
-template <bool kGrouped, bool kPacked>
+// kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the token's output at
+// column rA is silu(gate) * up (each sum as the unfused product would store it).
+template <bool kGrouped, bool kPacked, bool kPaired>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
                                        const int32_t* rows, int64_t rows_here, int64_t m0,
                                        int m_tiles_y, int m_tile, int my_split, int64_t rA,
@@ -108,13 +110,15 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     orow[i] = out_row(i);
     col[i] = i < 2 ? rA : rB;
   }
-  if (p.splits == 1) {
+  // The outputs from the four sums: one per token of the pair of rows (paired), else each.
+  auto store = [&](const float(&sum)[4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = total[i];
+    for (int i = 0; i < (kPaired ? 2 : 4); ++i) {
+      if (orow[i] < 0) continue;
+      p.out[orow[i] * p.ldo + col[i]] = kPaired ? silu_mul_f(sum[i], sum[i + 2]) : sum[i];
     }
-    return;
-  }
+  };
+  if (p.splits == 1) return store(total);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (orow[i] >= 0) {
@@ -131,10 +135,7 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
 #pragma unroll
   for (int i = 0; i < 4; ++i) elem[i] = max(orow[i], int64_t{0}) * p.N + min(col[i], p.N - 1);
   split_sums(p.partial, elem, p.M * p.N, p.splits, v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = v[i];
-  }
+  store(v);
 }
 
 // kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
@@ -146,7 +147,8 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp,
+          bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E, kRing>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
@@ -175,8 +177,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const int64_t m0 = static_cast<int64_t>(m_tile) * 8;
   if (m0 >= rows_here) return;
 
-  const int64_t rA = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g, rB = rA + 8;
-  const bool okA = rA < p.N, okB = rB < p.N;
+  // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
+  // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
+  const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kRowsPerCta / 2) + warp * 8 + g
+                             : static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g;
+  const int64_t rB = kPaired ? rA + p.pair : rA + 8;
+  const bool okA = rA < (kPaired ? p.pair : p.N), okB = kPaired ? okA : rB < p.N;
   const int64_t k_first = static_cast<int64_t>(my_split) * p.split_len;
   const int64_t k_end = min(p.K, k_first + p.split_len);
   // Offsets below are k relative to the split's start, in 32 bits: the loop's address work is
@@ -407,8 +413,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   } else {
     fold(total);
   }
-  finish<kGrouped, kPacked>(p, total, rows, rows_here, m0, m_tiles_y, m_tile, my_split, rA, rB, okA,
-                            okB, t);
+  finish<kGrouped, kPacked, kPaired>(p, total, rows, rows_here, m0, m_tiles_y, m_tile, my_split, rA,
+                                     rB, okA, okB, t);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -424,10 +430,10 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, bool kPaired>
 void configure() {
   static const bool done = [] {
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing>,
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kPaired>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      Gemv<E, kRing>::kSmem + (kXShared ? kXSharedMax : 0)));
     return true;
@@ -435,7 +441,7 @@ void configure() {
   (void)done;
 }
 
-template <Elt E, bool kGrouped, bool kPacked>
+template <Elt E, bool kGrouped, bool kPacked, bool kPaired>
 void launch(const Params& p, int groups, int x_rows) {
   using S = Gemv<E>;
   const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
@@ -457,12 +463,13 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  configure<E, kGrouped, true, kPacked>();
-  configure<E, kGrouped, false, kPacked>();
-  configure<E, kGrouped, true, kPacked, kSmallRingPerWarp>();
-  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmallRingPerWarp>
-                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked>
-                           : gemv_kernel<E, kGrouped, false, kPacked>;
+  constexpr int kBig = kRingPerWarp, kSmall = kSmallRingPerWarp;
+  configure<E, kGrouped, true, kPacked, kBig, kPaired>();
+  configure<E, kGrouped, false, kPacked, kBig, kPaired>();
+  configure<E, kGrouped, true, kPacked, kSmall, kPaired>();
+  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kPaired>
+                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kPaired>
+                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kPaired>;
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
@@ -470,11 +477,16 @@ void launch(const Params& p, int groups, int x_rows) {
   launched("gemv_kernel");
 }
 
-// Up to 2 rows per group take the packed variant.
+// Up to 2 rows per group take the packed variant; p.pair the SwiGLU one.
 template <Elt E, bool kGrouped>
 void launch_rows(const Params& p, int groups, int x_rows) {
-  if (x_rows <= 2) return launch<E, kGrouped, true>(p, groups, x_rows);
-  launch<E, kGrouped, false>(p, groups, x_rows);
+  const bool packed = x_rows <= 2;
+  if (p.pair > 0) {
+    return packed ? launch<E, kGrouped, true, true>(p, groups, x_rows)
+                  : launch<E, kGrouped, false, true>(p, groups, x_rows);
+  }
+  packed ? launch<E, kGrouped, true, false>(p, groups, x_rows)
+         : launch<E, kGrouped, false, false>(p, groups, x_rows);
 }
 
 }  // namespace

@@ -47,6 +47,9 @@ struct Params {
   // Grouped launches serve only groups of rows_min to rows_max rows (0: no bound); the other
   // groups are another launch's (run_mma gives groups of up to 8 rows to the decode kernel).
   int64_t rows_min, rows_max;
+  // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
+  // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
+  int64_t pair;
 };
 
 // True when a grouped launch leaves a group of `rows` rows to another launch.

@@ -208,7 +208,7 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 }  // namespace
 
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out) {
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int E = static_cast<int>(experts.gate.size());
   if (T == 0) return;
@@ -233,8 +233,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor gt(gate_up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
+  // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
+  // every group (false otherwise, nothing launched).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo) {
+                     int64_t ldo, int64_t pair = 0) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -248,16 +250,25 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.active = active.as<int32_t>();
     p.n_active = n_active;
     p.tile_start = tile_start;
+    p.pair = pair;
+    const Elt elt = elt_of(w0.w.dtype);
+    if (pair > 0 && (T > 8 || !mm::mma_supports(p, elt))) return false;
     // An expert serves each token at most once, so no group has more than T rows.
-    mm::run(p, elt_of(w0.w.dtype), true, T, slices);
+    mm::run(p, elt, true, T, slices);
+    return true;
   };
-  if (!experts.gate_up.empty()) {  // one launch for both
-    grouped(experts.gate_up[0], tab.gate_up, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
+  const int kx = static_cast<int>(k);
+  if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
+    if (!fuse_swiglu ||
+        !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I)) {
+      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I);
+      silu_mul(gt, ut, gt);
+    }
   } else {
-    grouped(experts.gate[0], tab.gate, x, static_cast<int>(k), gt.ptr<float>(), 2 * I);
-    grouped(experts.up[0], tab.up, x, static_cast<int>(k), ut.ptr<float>(), 2 * I);
+    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I);
+    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I);
+    silu_mul(gt, ut, gt);
   }
-  silu_mul(gt, ut, gt);
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
              weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),

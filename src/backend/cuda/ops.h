@@ -26,9 +26,15 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& 
 
 // matmul.cu
 void matmul(const Tensor& x, const Weight& w, Tensor out);
+// out = silu(x · gateᵀ) * (x · upᵀ) for w = [gate ; up], in one decode-kernel launch with the
+// bits of matmul then silu_mul; false (nothing done) where that kernel cannot take it (more
+// than 8 rows, weights without 16-byte rows).
+bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
+// fuse_swiglu: where every expert's group fits the decode kernel and gate and up are stacked,
+// that launch also computes silu(gate) * up (matmul_swiglu's way).
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out);
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false);
 
 // sampling.cu
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,

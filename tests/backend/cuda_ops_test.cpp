@@ -434,12 +434,13 @@ class ScopedEnv {
 
 // The SwiGLU half of an MLP from one decode-kernel launch (HIBANA_CUDA_FUSED_SWIGLU=1) has the
 // bits of the matmul then silu_mul: 1 and 2 rows (packed), 3 and 8, bf16 and fp8, a [2048,
-// 1024] gate/up in 2 splits (the partials carry gate and up apart) and a [3072, 512] in one.
+// 1024] gate/up in 2 splits (the partials carry gate and up apart), a [3072, 512] in one, and
+// a [2000, 1024] whose last CTA has 8 of its 32 outputs (the others past I = 1000).
 // A backend with its op timer on shows silu_mul gone; 9 rows take the two ops.
 TEST_F(CudaOps, SwigluMatmulHasTheBitsOfMatmulThenSiluMul) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  for (auto [I, H] : {std::pair<int64_t, int64_t>{1024, 1024}, {1536, 512}}) {
+  for (auto [I, H] : {std::pair<int64_t, int64_t>{1024, 1024}, {1536, 512}, {1000, 1024}}) {
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << 2 * I << " x " << H);
       TestWeight w = make_weight(*this, dtype, 2 * I, H, 21);

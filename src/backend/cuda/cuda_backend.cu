@@ -446,9 +446,9 @@ class CudaBackend final : public Backend {
     cuda::silu_mul(gate, up, out);
   }
   void matmul_swiglu(const Tensor& x, const Weight& gate_up, Tensor out) override {
-    {
+    if (fused_swiglu()) {
       Timed timed(timer_, "matmul_swiglu");
-      if (fused_swiglu() && cuda::matmul_swiglu(x, gate_up, out)) return;
+      if (cuda::matmul_swiglu(x, gate_up, out)) return;
     }
     Backend::matmul_swiglu(x, gate_up, out);
   }

@@ -321,6 +321,8 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
+  check(p.pair == 0 || (max_rows <= 8 && mma_supports(p, elt)), ErrorKind::internal,
+        "SwiGLU matmul: only the decode kernel has it");
   p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);

@@ -112,10 +112,16 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
   }
   // The outputs from the four sums: one per token of the pair of rows (paired), else each.
   auto store = [&](const float(&sum)[4]) {
+    if constexpr (kPaired) {
 #pragma unroll
-    for (int i = 0; i < (kPaired ? 2 : 4); ++i) {
-      if (orow[i] < 0) continue;
-      p.out[orow[i] * p.ldo + col[i]] = kPaired ? silu_mul_f(sum[i], sum[i + 2]) : sum[i];
+      for (int i = 0; i < 2; ++i) {
+        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = silu_mul_f(sum[i], sum[i + 2]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = sum[i];
+      }
     }
   };
   if (p.splits == 1) return store(total);

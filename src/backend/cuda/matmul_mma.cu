@@ -314,7 +314,6 @@ bool mma_supports(const Params& p, Elt elt) {
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
   if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
-  check(p.pair == 0, ErrorKind::internal, "SwiGLU matmul: only the decode kernel has it");
   if (grouped) {
     // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those
     // of up to 8 rows take the decode kernel, the launch below skips them. Same bits either

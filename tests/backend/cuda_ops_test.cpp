@@ -484,7 +484,9 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // same as in the batch of 40 (~10 rows per expert: groups of more than 8 rows take the
 // small-batch kernel, the others the decode one). Stacked: each expert's gate and up rows in
 // one [2I, H] matrix, one grouped launch for both (as move_weights stacks them on a GPU), which
-// at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1): the same bits.
+// at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1), and whose
+// down projection may stream its weights before it waits (HIBANA_CUDA_GROUPED_PREFETCH=1):
+// the same bits.
 void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
   const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
@@ -516,13 +518,14 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
     std::vector<float> all = t.download(out);
     EXPECT_LT(t.max_abs_diff(all, ref), 1e-4f);
     for (int64_t m : {1, 3, 8}) {
-      for (const char* fuse : {"0", "1"}) {
-        ScopedEnv env("HIBANA_CUDA_FUSED_SWIGLU", fuse);
+      for (const char* knobs : {"00", "10", "01", "11"}) {
+        ScopedEnv fuse("HIBANA_CUDA_FUSED_SWIGLU", knobs[0] == '1' ? "1" : "0");
+        ScopedEnv prefetch("HIBANA_CUDA_GROUPED_PREFETCH", knobs[1] == '1' ? "1" : "0");
         Tensor part = t.device_f32(m, H);
         t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
                            part);
         EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
-            << m << " tokens, fused SwiGLU " << fuse;
+            << m << " tokens, fused SwiGLU and down prefetch " << knobs;
       }
     }
   }

@@ -293,10 +293,15 @@ class Timed {
 // HIBANA_CUDA_FUSED_SWIGLU=1: the decode matmul of a stacked [gate ; up] (dense MLPs and the
 // MoE experts at up to 8 tokens) also computes silu(gate) * up, one launch fewer per layer
 // (the same bits). Off by default until measured; read at every call (tests switch it).
-bool fused_swiglu() {
-  const char* v = std::getenv("HIBANA_CUDA_FUSED_SWIGLU");
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
   return v && std::atoi(v) == 1;
 }
+bool fused_swiglu() { return env_on("HIBANA_CUDA_FUSED_SWIGLU"); }
+// HIBANA_CUDA_GROUPED_PREFETCH=1: the MoE down projection's decode kernel starts its weight
+// copies before waiting for the kernel before it, as plain products do (its routing is older).
+// Off by default until measured; read at every call.
+bool grouped_prefetch() { return env_on("HIBANA_CUDA_GROUPED_PREFETCH"); }
 
 class CudaBackend final : public Backend {
  public:
@@ -499,7 +504,7 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts, Tensor out) override {
     Timed timed(timer_, "moe_experts");
-    cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu());
+    cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch());
   }
   void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                       Tensor out) override {

@@ -163,25 +163,32 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
 
-  // Grouped launches learn their matrix from the routing (written by the previous kernel), so
-  // they wait first; plain ones start their weight copies before waiting.
-  if constexpr (kGrouped) pdl_wait();
+  // Grouped launches learn their matrix from the routing, so they wait first where the previous
+  // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
+  // their weight copies before waiting.
+  const bool early = !kGrouped || p.routing_ready;
+  if (!early) pdl_wait();
   const int m_tiles_y = gridDim.y / p.splits;
   const int m_tile = blockIdx.y % m_tiles_y;
   const int my_split = blockIdx.y / m_tiles_y;
   MatPtr mat = p.single;
   int64_t rows_here = p.M;
   const int32_t* rows = nullptr;
+  // A grouped CTA that leaves before its pdl_wait still waits: were every CTA to leave (no
+  // pair routed here), the next kernel's wait would otherwise not cover the one before this.
+  auto leave_early = [&] {
+    if (kGrouped && early) pdl_wait();
+  };
   if constexpr (kGrouped) {
     const int grp = group_of_slice(p);
-    if (grp < 0) return;
+    if (grp < 0) return leave_early();
     mat = p.mats[grp];
     rows = p.group_rows + p.group_offset[grp];
     rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
-    if (not_my_group(p, rows_here)) return;
+    if (not_my_group(p, rows_here)) return leave_early();
   }
   const int64_t m0 = static_cast<int64_t>(m_tile) * 8;
-  if (m0 >= rows_here) return;
+  if (m0 >= rows_here) return leave_early();
 
   // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
   // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
@@ -221,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
 
-  if constexpr (!kGrouped) pdl_wait();  // the activations are the previous kernel's output
+  if (early) pdl_wait();  // the activations are the previous kernel's output
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (m0 + r >= rows_here) return -1;

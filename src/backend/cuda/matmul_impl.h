@@ -47,6 +47,11 @@ struct Params {
   // Grouped launches serve only groups of rows_min to rows_max rows (0: no bound); the other
   // groups are another launch's (run_mma gives groups of up to 8 rows to the decode kernel).
   int64_t rows_min, rows_max;
+  // Grouped launches: the routing (active, n_active, group_offset, group_rows) was written by a
+  // kernel before the previous one, so it is visible before this kernel's pdl_wait: a CTA of
+  // the previous kernel launches this one only after its own pdl_wait, i.e. once the routing's
+  // writer has finished. The decode kernel then reads it and starts its weight copies early.
+  bool routing_ready;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;

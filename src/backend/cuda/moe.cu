@@ -208,7 +208,7 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 }  // namespace
 
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu) {
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int E = static_cast<int>(experts.gate.size());
   if (T == 0) return;
@@ -235,6 +235,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   gt.stride[0] = ut.stride[0] = 2 * I;
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
   // every group (false otherwise, nothing launched).
+  bool routing_ready = false;
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
                      int64_t ldo, int64_t pair = 0) {
     Params p{};
@@ -251,6 +252,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.n_active = n_active;
     p.tile_start = tile_start;
     p.pair = pair;
+    p.routing_ready = routing_ready;
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && (T > 8 || !mm::mma_supports(p, elt))) return false;
     // An expert serves each token at most once, so no group has more than T rows.
@@ -269,6 +271,9 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I);
     silu_mul(gt, ut, gt);
   }
+  // The down projection's routing was written two or more launches back (gate/up in between):
+  // its decode kernel may stream its weights before it waits (Params::routing_ready).
+  routing_ready = prefetch_down;
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
              weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),

@@ -32,9 +32,12 @@ void matmul(const Tensor& x, const Weight& w, Tensor out);
 bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // fuse_swiglu: where every expert's group fits the decode kernel and gate and up are stacked,
-// that launch also computes silu(gate) * up (matmul_swiglu's way).
+// that launch also computes silu(gate) * up (matmul_swiglu's way). prefetch_down: the down
+// projection's decode kernel streams weights before waiting for the previous kernel (its
+// routing is older than that kernel).
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false);
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false,
+                 bool prefetch_down = false);
 
 // sampling.cu
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,

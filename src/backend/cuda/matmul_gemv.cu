@@ -183,8 +183,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     const int grp = group_of_slice(p);
     if (grp < 0) return leave_early();
     mat = p.mats[grp];
-    rows = p.group_rows + p.group_offset[grp];
-    rows_here = p.group_offset[grp + 1] - p.group_offset[grp];
+    const int32_t first = __ldcg(p.group_offset + grp), end = __ldcg(p.group_offset + grp + 1);
+    rows = p.group_rows + first;
+    rows_here = end - first;
     if (not_my_group(p, rows_here)) return leave_early();
   }
   const int64_t m0 = static_cast<int64_t>(m_tile) * 8;

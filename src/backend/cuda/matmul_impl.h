@@ -50,7 +50,9 @@ struct Params {
   // Grouped launches: the routing (active, n_active, group_offset, group_rows) was written by a
   // kernel before the previous one, so it is visible before this kernel's pdl_wait: a CTA of
   // the previous kernel launches this one only after its own pdl_wait, i.e. once the routing's
-  // writer has finished. The decode kernel then reads it and starts its weight copies early.
+  // writer has finished. The decode kernel then reads it (from L2: group_of_slice) and starts
+  // its weight copies early. (PTX promises visibility to the grid that waits; that a launch
+  // after the previous grid's waits sees it too is our reading of the model, not its text.)
   bool routing_ready;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
@@ -67,10 +69,12 @@ constexpr int kTiledTokens = 64;
 
 // The group a grouped launch's slice serves, or -1. Both loads issue at once (active has an
 // entry for every slice; past *n_active it is not used): one round trip, not two, before the
-// group's offsets and matrix can be read.
+// group's offsets and matrix can be read. The routing is read from L2, never L1 (each layer's
+// routing likely sits at the previous layer's addresses, and a routing_ready launch reads it
+// before its pdl_wait).
 __device__ __forceinline__ int group_of_slice(const Params& p) {
   const int z = blockIdx.z;
-  const int n = *p.n_active, g = p.active[z];
+  const int n = __ldcg(p.n_active), g = __ldcg(p.active + z);
   return z < n ? g : -1;
 }
 

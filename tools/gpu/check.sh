@@ -195,13 +195,29 @@ bench_tagged() {
 configs() { echo "${CONFIGS:-qwen3-8b:bf16 qwen3-next-80b-a3b:fp8}" | tr ' ' '\n' | tr ':' ' '; }
 
 # A benchmark knob swept on the decode shapes: KNOB=NAME VALUES="v1 v2 ..." (the first is the
-# reference), ROUNDS rounds (2) with the values alternating, then the table of ratios.
+# reference), ROUNDS rounds (2) with the values alternating, then the table of ratios. Or
+# VARIANTS: environments separated by ';', `base` for none (the first is the reference), e.g.
+# VARIANTS="base;HIBANA_CUDA_FUSED_SWIGLU=1;HIBANA_CUDA_FUSED_SWIGLU=1 HIBANA_CUDA_GROUPED_PREFETCH=1".
 stage_sweep() {
-  : "${KNOB:?KNOB=NAME VALUES=\"...\" tools/gpu/check.sh sweep}"
+  local variants
+  if [ -n "${VARIANTS:-}" ]; then
+    variants=$VARIANTS
+  else
+    : "${KNOB:?KNOB=NAME VALUES=\"...\" (or VARIANTS=\"...;...\") tools/gpu/check.sh sweep}"
+    variants=$(for v in ${VALUES:?}; do printf '%s=%s;' "$KNOB" "$v"; done)
+  fi
   rm -f "$OUT/ab.txt"
   configs | while read -r cfg dt; do
     for _ in $(seq 1 ${ROUNDS:-2}); do
-      for v in ${VALUES:?}; do bench_tagged "$KNOB=$v" $B/hibana "$cfg" "$dt" "$KNOB=$v" >/dev/null; done
+      echo "$variants" | tr ';' '\n' | while read -r env; do
+        [ -n "$env" ] || continue
+        if [ "$env" = base ]; then
+          bench_tagged base $B/hibana "$cfg" "$dt" >/dev/null
+        else
+          # shellcheck disable=SC2086  # (one NAME=VALUE word per variable)
+          bench_tagged "$env" $B/hibana "$cfg" "$dt" $env >/dev/null
+        fi
+      done
     done
   done
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"

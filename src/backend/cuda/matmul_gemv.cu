@@ -23,8 +23,9 @@
 // stage (ncu) and was bound by their latency, not by DRAM.
 //
 // With programmatic dependent launch the weight ring starts filling before the kernel waits
-// for the previous one (plain matrices: the weights are constants), and the next kernel is
-// released once every CTA has finished its loads.
+// for the previous one (plain matrices: the weights are constants; grouped ones only where
+// their routing is older than the previous kernel, Params::routing_ready), and the next kernel
+// is released once every CTA has finished its loads.
 //
 // Measured against the kernel it replaced (one barrier per stage; docs/benchmarks-history.md,
 // fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split

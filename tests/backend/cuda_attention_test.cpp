@@ -15,6 +15,7 @@
 #include "core/device_memory.h"
 #include "support/cuda_fixture.h"
 #include "support/random.h"
+#include "support/scoped_env.h"
 
 namespace hibana {
 namespace {
@@ -150,20 +151,15 @@ TEST_F(CudaAttention, AttentionStagesKnobKeepsTheBits) {
     // The last token with a knob set (restored after). Another token is decoded first: its
     // split partials fill the scratch this decode is likely to get, so a kernel that leaves
     // part of its partials unwritten gives other bits, not the previous decode's.
-    auto decode_last = [&](const char* knob, const char* value) {
+    auto decode_last = [&](const char* stages) {
       decode(T - 2);
-      const char* old = knob ? std::getenv(knob) : nullptr;
-      const std::string saved = old ? old : "";
-      if (knob) setenv(knob, value, 1);
-      std::vector<float> got = decode(T - 1);
-      if (knob && old) setenv(knob, saved.c_str(), 1);
-      if (knob && !old) unsetenv(knob);
-      return got;
+      test::ScopedEnv env("HIBANA_CUDA_ATTENTION_STAGES", stages);
+      return decode(T - 1);
     };
-    const std::vector<float> base = decode_last(nullptr, nullptr);
+    const std::vector<float> base = decode_last(nullptr);
     EXPECT_TRUE(same_bits(base, std::vector<float>(all.got.end() - heads * hd, all.got.end())));
-    EXPECT_TRUE(same_bits(decode_last("HIBANA_CUDA_ATTENTION_STAGES", "2"), base)) << "2 stages";
-    EXPECT_TRUE(same_bits(decode_last("HIBANA_CUDA_ATTENTION_STAGES", "1"), base)) << "1 stage";
+    EXPECT_TRUE(same_bits(decode_last("2"), base)) << "2 stages";
+    EXPECT_TRUE(same_bits(decode_last("1"), base)) << "1 stage";
   }
 }
 

@@ -18,11 +18,13 @@
 #include "support/cuda_fixture.h"
 #include "support/moe_blocks.h"
 #include "support/random.h"
+#include "support/scoped_env.h"
 
 namespace hibana {
 namespace {
 
 using test::randn;
+using test::ScopedEnv;
 
 class CudaOps : public test::CudaFixture {
  public:
@@ -413,24 +415,6 @@ TEST_F(CudaOps, AddRmsnormHasTheBitsOfAddThenRmsnorm) {
     }
   }
 }
-
-// Sets an environment variable for the scope, then restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // The SwiGLU half of an MLP from one decode-kernel launch (HIBANA_CUDA_FUSED_SWIGLU=1) has the
 // bits of the matmul then silu_mul: 1 and 2 rows (packed), 3 and 8, bf16 and fp8, a [2048,

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "support/fixture_model.h"
+#include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
 namespace hibana {
@@ -265,10 +266,7 @@ TEST(Loading, HubCacheLayout) {
     fs::copy_file(e.path(), blob);
     fs::create_symlink(blob, snap / e.path().filename());
   }
-  const char* old = std::getenv("HF_HOME");
-  std::string saved = old ? old : "";
-  setenv("HF_HOME", home.path().c_str(), 1);
-  unsetenv("HF_HUB_CACHE");
+  test::ScopedEnv hf_home("HF_HOME", home.path().c_str()), hub_cache("HF_HUB_CACHE", nullptr);
   EXPECT_EQ(resolve_model_dir("acme/tiny-qwen"), snap.string());
   auto m = Model::load("acme/tiny-qwen", make_cpu_backend());
   EXPECT_EQ(m->config().arch, Arch::qwen3);
@@ -279,7 +277,6 @@ TEST(Loading, HubCacheLayout) {
     EXPECT_EQ(e.kind(), ErrorKind::not_found);
     EXPECT_THAT(e.what(), HasSubstr("models--acme--absent"));
   }
-  if (old) setenv("HF_HOME", saved.c_str(), 1); else unsetenv("HF_HOME");
 }
 
 }  // namespace

@@ -8,35 +8,14 @@
 
 #include "core/error.h"
 #include "parallel/communicator.h"
+#include "support/scoped_env.h"
 
 namespace hibana {
 namespace {
 
 using testing::HasSubstr;
 
-// Sets an environment variable for one test and puts the old value back.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 TEST(CommunicatorKind, TheCpuUsesMpiAndCudaUsesNccl) {
   EXPECT_EQ(communicator_kind(Device::cpu, 1), CommunicatorKind::single);

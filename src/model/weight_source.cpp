@@ -279,20 +279,19 @@ class DummySource final : public WeightSource {
  private:
   std::vector<Weight> stacked_impl(int64_t count, int64_t rows, int64_t cols) {
     const int64_t n = count * rows * cols;
-    const size_t esize = dtype_size(dtype_);
+    const size_t each = static_cast<size_t>(rows * cols) * dtype_size(dtype_);  // bytes a matrix
     const uint64_t tensor_seed = seed_ * 1000003 + (counter_++);
     const float amp = 0.1f / std::sqrt(static_cast<float>(cols));  // keeps activations tame
     char* base = nullptr;
     if (pooled_) {
-      base = pooled_view(cols, count, static_cast<size_t>(rows * cols) * esize, amp);
+      base = pooled_view(cols, count, each, amp);
     } else {
-      auto buf = new_buffer(static_cast<size_t>(n) * esize);
+      auto buf = new_buffer(static_cast<size_t>(count) * each);
       base = static_cast<char*>(buf->data());
       fill_random(dtype_, base, n, amp, tensor_seed);
       owned.push_back(buf);
     }
     std::vector<Weight> out(count);
-    const size_t each = static_cast<size_t>(rows * cols) * dtype_size(dtype_);
     for (int64_t e = 0; e < count; ++e) {
       out[e].w = Tensor(base + e * each, dtype_, {rows, cols});
       if (dtype_ == DType::f8_e4m3) {

@@ -293,15 +293,11 @@ class Timed {
 // HIBANA_CUDA_FUSED_SWIGLU=1: the decode matmul of a stacked [gate ; up] (dense MLPs and the
 // MoE experts at up to 8 tokens) also computes silu(gate) * up, one launch fewer per layer
 // (the same bits). Off by default until measured; read at every call (tests switch it).
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::atoi(v) == 1;
-}
-bool fused_swiglu() { return env_on("HIBANA_CUDA_FUSED_SWIGLU"); }
+bool fused_swiglu() { return knob("HIBANA_CUDA_FUSED_SWIGLU", 0) == 1; }
 // HIBANA_CUDA_GROUPED_PREFETCH=1: the MoE down projection's decode kernel starts its weight
 // copies before waiting for the kernel before it, as plain products do (its routing is older).
 // Off by default until measured; read at every call.
-bool grouped_prefetch() { return env_on("HIBANA_CUDA_GROUPED_PREFETCH"); }
+bool grouped_prefetch() { return knob("HIBANA_CUDA_GROUPED_PREFETCH", 0) == 1; }
 
 class CudaBackend final : public Backend {
  public:

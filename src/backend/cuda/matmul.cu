@@ -321,7 +321,7 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
-  check(p.pair == 0 || (max_rows <= 8 && mma_supports(p, elt)), ErrorKind::internal,
+  check(p.pair == 0 || swiglu_fits(p, elt, max_rows), ErrorKind::internal,
         "SwiGLU matmul: only the decode kernel has it");
   p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
@@ -414,7 +414,7 @@ bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
   mm::describe_weight(w, p);
   mm::describe_x(x, p);
   const Elt elt = elt_of(w.w.dtype);
-  if (m > 8 || !mm::mma_supports(p, elt)) return false;
+  if (!mm::swiglu_fits(p, elt, m)) return false;
   if (m == 0) return true;
   p.out = out.ptr<float>();
   p.ldo = out.stride[0];

@@ -174,6 +174,11 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);
+// Whether a SwiGLU launch (Params::pair) of this weight can run: only the decode kernel has it,
+// so up to 8 rows per group and a weight the tensor-core kernels take.
+inline bool swiglu_fits(const Params& p, Elt elt, int64_t max_rows) {
+  return max_rows <= 8 && mma_supports(p, elt);
+}
 void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),

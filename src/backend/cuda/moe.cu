@@ -234,10 +234,9 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
-  // every group (false otherwise, nothing launched).
-  bool routing_ready = false;
+  // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready.
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, int64_t pair = 0) {
+                     int64_t ldo, int64_t pair = 0, bool routing_ready = false) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -254,7 +253,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.pair = pair;
     p.routing_ready = routing_ready;
     const Elt elt = elt_of(w0.w.dtype);
-    if (pair > 0 && (T > 8 || !mm::mma_supports(p, elt))) return false;
+    if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt, true, T, slices);
     return true;
@@ -272,9 +271,8 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     silu_mul(gt, ut, gt);
   }
   // The down projection's routing was written two or more launches back (gate/up in between):
-  // its decode kernel may stream its weights before it waits (Params::routing_ready).
-  routing_ready = prefetch_down;
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H);
+  // its decode kernel may stream its weights before it waits.
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, prefetch_down);
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
              weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),
              ld(out));

@@ -250,15 +250,16 @@ namespace {
 // (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape (and on whether
 // the weight is an expert's) only, never on the batch: every kernel splits a product alike.
 // Grouped (MoE expert) launches read their own tile target, HIBANA_CUDA_GROUPED_SPLIT_TILES
-// (16): a token's k experts already give a decode step k times the tiles of one matrix. With
+// (8): a token's k experts already give a decode step k times the tiles of one matrix. With
 // 264, the 80B's stacked expert gate/up (1024 x 2048 fp8) took 4 splits of 512 — 704 CTAs of
-// 32 KiB at batch 1, a second wave of CTAs that spend their life filling the ring; 16 gives 2
-// splits, 352 CTAs (80B decode +2.0% at batch 1, +6.4% at batch 8: docs/benchmarks.md,
-// thirteenth slice). The knobs are read once: a value other than the default changes every
-// product's splits, hence its bits.
+// 32 KiB at batch 1, a second wave of CTAs that spend their life filling the ring; 16 gave 2
+// splits (80B decode +2.0% at batch 1, +6.4% at batch 8: docs/benchmarks.md, thirteenth
+// slice), 8 gives one, as for the down projection (a further +1.1% and +3.5%, fifteenth slice;
+// 4 and 6 no better, 12 and 32 worse). The knobs are read once: a value other than the
+// default changes every product's splits, hence its bits.
 int64_t split_length(int64_t N, int64_t K, bool grouped) {
   static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
-  static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", 16);
+  static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", 8);
   static const int64_t shortest = knob("HIBANA_CUDA_SPLIT_MIN", 512);
   const int64_t tiles = grouped ? grouped_tiles : plain_tiles;
   const int64_t n_tiles = (N + 127) / 128;

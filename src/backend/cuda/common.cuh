@@ -263,6 +263,13 @@ inline int64_t knob(const char* name, int64_t fallback) {
   return n > 0 ? n : fallback;
 }
 
+// An on/off knob from the environment: unset (or empty) gives `fallback`, "0" off, any other
+// number on. (knob() would read "0" as unset: a switch that is on by default needs this.)
+inline bool knob_on(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) != 0 : fallback;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

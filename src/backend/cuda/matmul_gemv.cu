@@ -63,7 +63,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
-constexpr int kStageK = 64;             // k per pipeline stage
 constexpr int kRingPerWarp = 12 << 10;  // bytes of a warp's weight ring
 // The ring where the shared activations fit the grid in one wave only beside a smaller ring
 // (the 8B's down projection at batch 1: 512 CTAs, 4 per SM with 10 KiB rings, 3 with 12 KiB;
@@ -71,14 +70,19 @@ constexpr int kRingPerWarp = 12 << 10;  // bytes of a warp's weight ring
 // large ring fits, the small one measured slower (1.3% of that step in all).
 constexpr int kSmallRingPerWarp = 10 << 10;
 
-template <Elt E, int kRing = kRingPerWarp>
+// kWide: 128 k per pipeline stage instead of 64 — two chunks of fp8 per wait, whose
+// conversions the compiler may interleave (one chunk's chain per stage left the warp waiting on
+// each instruction: ncu, 5.5 cycles per issue). Only with shared activations (a lane's own
+// activations for a stage would take 64 registers).
+template <Elt E, int kRing = kRingPerWarp, bool kWide = false>
 struct Gemv {
   static constexpr int esize = EltInfo<E>::size;
-  static constexpr int VE = 16 / esize;      // weight elements per 16-byte copy
-  static constexpr int KC = 4 * VE;          // k per chunk (the 4 lanes of a row)
-  static constexpr int U = kStageK / KC;     // chunks per stage
-  static constexpr int MMAS = VE / 4;        // k16 products per chunk
-  static constexpr int kLaneCopies = 2 * U;  // 16-byte copies of a lane per stage
+  static constexpr int kStageK = kWide ? 128 : 64;  // k per pipeline stage
+  static constexpr int VE = 16 / esize;             // weight elements per 16-byte copy
+  static constexpr int KC = 4 * VE;                 // k per chunk (the 4 lanes of a row)
+  static constexpr int U = kStageK / KC;            // chunks per stage
+  static constexpr int MMAS = VE / 4;               // k16 products per chunk
+  static constexpr int kLaneCopies = 2 * U;         // 16-byte copies of a lane per stage
   static constexpr int kStageBytes = kLaneCopies * 32 * 16;
   static constexpr int D = kRing / kStageBytes;  // ring depth in stages
   static constexpr int kXPerStage = U * VE;      // activations of a lane per stage
@@ -93,6 +97,10 @@ struct Gemv {
     return static_cast<int>(bytes + (target - bytes % 128 + 128) % 128);
   }
 };
+
+// fp8 weights with shared activations take the wide stages (Gemv::kWide): the 80B decode 1.3%
+// faster at batch 1, 12352x2048 fp8 14.2 -> 13.4 us (docs/benchmarks.md, fourteenth slice).
+constexpr bool kWideFp8Stages = true;
 
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
@@ -165,8 +173,9 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
 template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp,
           bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
-  using S = Gemv<E, kRing>;
+  using S = Gemv<E, kRing, kXShared && E == Elt::fp8 && kWideFp8Stages>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
+  constexpr int kStageK = S::kStageK;
   constexpr int kTerms = kPacked ? 1 : 3;                 // terms (planes) a lane loads
   extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -484,7 +493,7 @@ void configure() {
   static const bool done = [] {
     HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kPaired>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Gemv<E, kRing>::kSmem + (kXShared ? kXSharedMax : 0)));
+                                     kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
   }();
   (void)done;
@@ -504,7 +513,7 @@ void launch(const Params& p, int groups, int x_rows) {
   // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
-  using Small = Gemv<E, kSmallRingPerWarp>;
+  using Small = Gemv<E, kSmallRingPerWarp, E == Elt::fp8 && kWideFp8Stages>;  // (shared x only)
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;
   if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {

@@ -197,7 +197,7 @@ configs() { echo "${CONFIGS:-qwen3-8b:bf16 qwen3-next-80b-a3b:fp8}" | tr ' ' '\n
 # A benchmark knob swept on the decode shapes: KNOB=NAME VALUES="v1 v2 ..." (the first is the
 # reference), ROUNDS rounds (2) with the values alternating, then the table of ratios. Or
 # VARIANTS: environments separated by ';', `base` for none (the first is the reference), e.g.
-# VARIANTS="base;HIBANA_CUDA_FUSED_SWIGLU=1;HIBANA_CUDA_FUSED_SWIGLU=1 HIBANA_CUDA_GROUPED_PREFETCH=1".
+# VARIANTS="base;HIBANA_CUDA_FUSED_SWIGLU=0;HIBANA_CUDA_FUSED_SWIGLU=0 HIBANA_CUDA_GROUPED_PREFETCH=0".
 stage_sweep() {
   local variants
   if [ -n "${VARIANTS:-}" ]; then

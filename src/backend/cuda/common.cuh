@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -263,11 +264,16 @@ inline int64_t knob(const char* name, int64_t fallback) {
   return n > 0 ? n : fallback;
 }
 
-// An on/off knob from the environment: unset (or empty) gives `fallback`, "0" off, any other
-// number on. (knob() would read "0" as unset: a switch that is on by default needs this.)
+// An on/off knob from the environment: unset or empty gives `fallback`; "0", "off", "false" or
+// "no" turn it off, any other value on. (knob() would read "0" as unset: a switch that is on by
+// default needs this.)
 inline bool knob_on(const char* name, bool fallback) {
   const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) != 0 : fallback;
+  if (!v || !*v) return fallback;
+  for (const char* off : {"0", "off", "false", "no"}) {
+    if (std::strcmp(v, off) == 0) return false;
+  }
+  return true;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

@@ -176,6 +176,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   using S = Gemv<E, kRing, kXShared && E == Elt::fp8 && kWideFp8Stages>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kStageK = S::kStageK;
+  // launch() sizes shared memory from Gemv<E, kRing> (kSmem, and plane_pitch_bytes from KC):
+  // the wide stages change neither.
+  static_assert(S::kSmem == kWarps * kRing && S::KC == 64 / S::esize, "smem");
   constexpr int kTerms = kPacked ? 1 : 3;                 // terms (planes) a lane loads
   extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -189,6 +192,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // The grid: 64 weight rows (x), the splits (y), the groups (z); a group's up to 8 token rows
   // are all the CTA's (the other kernels' token tiles: one here, so no division).
   const int my_split = blockIdx.y;
+  assert(gridDim.y == static_cast<unsigned>(p.splits));
   MatPtr mat = p.single;
   int64_t rows_here = p.M;
   const int32_t* rows = nullptr;
@@ -259,7 +263,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     // it splits them: the activations come from L2, one round trip per batch. kBatch is what
     // a thread has (1 or 2 at batch 1): unused slots cost their address work too. An item's
     // row is i / groups in floats, exact: (i + 0.5) / groups is at least 0.5 / groups from an
-    // integer (groups <= 1109 here: kXSharedMax), the float error at most 8 * 2^-23.
+    // integer (items <= 1109 here, 24 bytes each in kXSharedMax), the float error at most 8 *
+    // 2^-23.
     uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
     const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed
     const int items = x_rows * groups;

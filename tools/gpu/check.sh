@@ -6,7 +6,8 @@
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it), kernel (Nsight Compute's
-# full sections for one kernel of the decode step: KERNEL, SKIP), sweep (a benchmark knob swept
+# full sections for one kernel of the decode step: KERNEL, SKIP), source (the decode matmul's
+# time by region and opcode on SHAPES, tools/gpu/ncu_source.py), sweep (a benchmark knob swept
 # on the decode shapes: KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES
 # VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with
 # CONFIGS=qwen3-next-80b-a3b:fp8),
@@ -181,6 +182,26 @@ stage_kernel() {
     "$OUT/kernel_details.txt" | head -40
 }
 
+# Where the decode matmul's time goes on SHAPES (default the 80B's DeltaNet input and mixer
+# output, DTYPE fp8, BATCH 1): Nsight Compute's full sections on `bench matmul`, then
+# tools/gpu/ncu_source.py on the SASS (instructions per warp by opcode, stall reasons, the
+# kernel's regions: set-up, copies, the activations' split, loop, end).
+stage_source() {
+  for shape in $(echo "${SHAPES:-12352x2048,2048x4096}" | tr , " "); do
+    local f="$OUT/source_${shape}_${DTYPE:-fp8}_b${BATCH:-1}"
+    timeout 200 ncu --clock-control none --cache-control none -k regex:"gemv_kernel|mma_kernel" \
+      --launch-skip 6 --launch-count 1 --set full -o "$f" $B/hibana bench matmul --device cuda \
+      --dtype ${DTYPE:-fp8} --shapes $shape --batch ${BATCH:-1} --reps 3 >"$f.log" 2>&1
+    ncu --import "$f.ncu-rep" --page details >"$f.details.txt" 2>&1
+    ncu --import "$f.ncu-rep" --page source --print-source sass --csv >"$f.csv" 2>&1
+    echo "== $shape ${DTYPE:-fp8} batch ${BATCH:-1}"
+    grep -E "^ +(Duration|DRAM Throughput|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Achieved Active Warps Per SM) " \
+      "$f.details.txt"
+    python3 tools/gpu/ncu_source.py "$f.csv" --top ${TOP:-12} >"$f.txt"
+    sed -n '/^samples/p;/^stall/p;/^regions/,/^top/p' "$f.txt"
+  done
+}
+
 # Decode lines of one variant, tagged for tools/gpu/ab_table.py and appended to $OUT/ab.txt
 # (each run's whole output to $OUT/ab_runs.log):
 # bench_tagged LABEL BINARY CONFIG DTYPE [NAME=VALUE ...] (the environment of that run).
@@ -303,6 +324,7 @@ for s in "$@"; do
     stream) stage_stream ;;
     alone) stage_alone ;;
     kernel) stage_kernel ;;
+    source) stage_source ;;
     sweep) stage_sweep ;;
     ab) stage_ab ;;
     profile-ab) stage_profile_ab ;;

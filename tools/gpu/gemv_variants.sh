@@ -23,6 +23,9 @@ NOFINISH='s/  finish<kGrouped, kPacked, kPaired>\(/  if (total[0] == 12345.0f) f
 F16A_MMA='s/\.f32\.bf16\.bf16\.f32/.f32.f16.f16.f32/;'
 F16A_CVT='s/const float2 f = __half22float2\(__half2\(h\)\);\n\s*return pack_bf16\(f\.x, f\.y\);/return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);/;'
 NOCONV='s/(fp8x2_to_bf16x2\(uint32_t two\) \{)/$1\n  return two;/;'
+# Or the bytes placed into bf16 fields by bit operations (one byte permute, mask, shift, or:
+# the value times 2^-120, which a real kernel would fold into the block scale).
+BITS='s/(fp8x2_to_bf16x2\(uint32_t two\) \{)/$1\n  { const uint32_t q = __byte_perm(two, 0, 0x1404); return (q \& 0x80008000u) | ((q \& 0x7f007f00u) >> 4); }/;'
 NOHINT='s/cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;/cp.async.cg.shared.global [%0], [%1], 16, %2;/g;'
 
 edits() {  # variant -> "kernel-edits@@common-edits@@mma-common-edits"
@@ -41,6 +44,7 @@ edits() {  # variant -> "kernel-edits@@common-edits@@mma-common-edits"
     nofinish) echo "$NOFINISH@@@@" ;;     # no output stores (gemv_alone runs one split)
     f16a) echo "@@@@$F16A_MMA $F16A_CVT" ;;   # fp8: f16 A fragments (see above)
     noconv) echo "@@@@$NOCONV" ;;          # fp8: no conversion of the weights
+    bits) echo "@@@@$BITS" ;;              # fp8: conversion by bit operations (see above)
     *) return 1 ;;
   esac
 }

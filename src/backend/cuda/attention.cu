@@ -1,6 +1,7 @@
 // Paged KV storage and causal GQA attention on CUDA.
 //
-// A token's keys are cut into fixed splits of kSplit absolute positions. One CTA per (token,
+// A token's keys are cut into fixed splits of kSplit absolute positions (128; 64 or 32 with
+// HIBANA_CUDA_ATTENTION_SPLIT, a benchmark knob that changes the bits). One CTA per (token,
 // KV head, split) runs an online softmax over its split, one warp per query head of the group,
 // sharing each 32-key tile of K and V through shared memory (prefill: blocks of tokens per CTA,
 // attention_tiled.cu); a second kernel merges the splits of each (token, head) in split order.
@@ -123,9 +124,9 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int split = blockIdx.z;
   const int qpos = p.pos[t];
   const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
-  const int begin = split * kSplit;
+  const int begin = split * p.split;
   if (begin > qpos) return;
-  const int end = min(qpos + 1, begin + kSplit);
+  const int end = min(qpos + 1, begin + p.split);
   const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
   const int h = kvh * group + warp;
@@ -147,7 +148,7 @@ __global__ void attention_split_kernel(AttnParams p) {
   // all issued at the start (a tile's copies then wait on no load); a copy takes its key's row
   // from that lane.
   static_assert(kTile == 32 && kSplit % kTile == 0, "one key per lane");
-  constexpr int kTilesPerSplit = kSplit / kTile;
+  constexpr int kTilesPerSplit = kSplit / kTile;  // at most (shorter splits: pl >= end)
   int key_rows[kTilesPerSplit];
 #pragma unroll
   for (int i = 0; i < kTilesPerSplit; ++i) {
@@ -263,7 +264,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 // by the lane holding its maximum, and reaches the others by shuffle.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
-                                       float* out, int64_t ldo) {
+                                       int split, float* out, int64_t ldo) {
   constexpr int kChunk = 64, kPer = kChunk / 32;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
@@ -272,7 +273,7 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
-  const int n = pos[t] / kSplit + 1;
+  const int n = pos[t] / split + 1;
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
   float mv[kPer], lv[kPer], ov[kChunk];
@@ -364,7 +365,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
         "CUDA attention: head_dim must be a multiple of 4, at most 256");
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
-  const int max_splits = static_cast<int>((layout.max_pages * page + kSplit - 1) / kSplit);
+  const int64_t asked = knob("HIBANA_CUDA_ATTENTION_SPLIT", kSplit);
+  const int split = asked == 32 || asked == 64 ? static_cast<int>(asked) : kSplit;
+  const int max_splits = static_cast<int>((layout.max_pages * page + split - 1) / split);
   // Prefill (some sequence has several tokens here) takes the register-tiled kernel, in blocks
   // of qb tokens of one sequence, where it has a variant for this head_dim and group.
   const int qb = T > layout.num_seqs ? tiled_block_tokens(hd, group) : 0;
@@ -422,6 +425,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.t_begin = t0;
     p.t_count = n;
     p.max_splits = max_splits;
+    p.split = split;
     p.group = static_cast<int>(group);
     p.seq_start = layout.seq_start.ptr<int32_t>();
     p.num_seqs = S;
@@ -437,7 +441,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
                partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-               out.ptr<float>(), ld(out));
+               split, out.ptr<float>(), ld(out));
     launched("attention_merge_kernel");
   }
 }

@@ -9,7 +9,11 @@
 
 namespace hibana::cuda::attn {
 
-constexpr int kSplit = 128;         // positions per split
+// Positions per split: kSplit, unless HIBANA_CUDA_ATTENTION_SPLIT asks for 64 or 32 (a
+// benchmark knob, read at every launch: a shorter split gives a decode step more CTAs — the 80B's
+// 2 KV heads leave 64 working CTAs at 4k positions — and changes the merge, hence the bits; the
+// per-token and tiled kernels and the merge all take AttnParams::split).
+constexpr int kSplit = 128;
 constexpr int kTile = 32;           // keys per shared-memory tile
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 
@@ -26,6 +30,7 @@ struct AttnParams {
   int64_t t_begin;  // first token of this launch
   int64_t t_count;  // tokens of this launch
   int max_splits;
+  int split;  // positions per split: kSplit, 64 or 32
   int group;  // query heads per KV head
   // Tiled kernel: CTA x serves up to `block_tokens` consecutive tokens of one sequence;
   // sequence s's blocks start at block_start[s] (num_seqs + 1 entries, set by tiled_launch).

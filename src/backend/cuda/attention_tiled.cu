@@ -91,10 +91,10 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
   if (!cta_tokens(p, tb, tn)) return;
   const int64_t kvh = blockIdx.y, G = p.group;
   const int split = blockIdx.z;
-  const int64_t begin = static_cast<int64_t>(split) * kSplit;
+  const int64_t begin = static_cast<int64_t>(split) * p.split;
   int64_t cta_end = begin;
   for (int i = 0; i < tn; ++i)
-    cta_end = max(cta_end, min(static_cast<int64_t>(p.pos[tb + i]) + 1, begin + kSplit));
+    cta_end = max(cta_end, min(static_cast<int64_t>(p.pos[tb + i]) + 1, begin + p.split));
   if (cta_end <= begin) return;
 
   // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
 #pragma unroll
   for (int a = 0; a < S::kRowsQK; ++a) {
     const int64_t tq = (rq0 + a) / G;
-    end_q[a] = tq < tn ? min(static_cast<int64_t>(p.pos[tb + tq]) + 1, begin + kSplit) : begin;
+    end_q[a] = tq < tn ? min(static_cast<int64_t>(p.pos[tb + tq]) + 1, begin + p.split) : begin;
     m_run[a] = -INFINITY;
     l_run[a] = 0.0f;
   }

@@ -273,7 +273,7 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
-  const int n = pos[t] / split + 1;
+  const int n = (pos[t] >> (__ffs(split) - 1)) + 1;  // (split: a power of two)
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
   float mv[kPer], lv[kPer], ov[kChunk];

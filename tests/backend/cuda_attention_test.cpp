@@ -167,20 +167,31 @@ TEST_F(CudaAttention, AttentionStagesKnobKeepsTheBits) {
 
 // Shorter splits (HIBANA_CUDA_ATTENTION_SPLIT 64 and 32, a benchmark knob): a 600-token prefill
 // still matches the CPU and its last token decoded alone has the prefill's bits — every kernel
-// (per-token, tiled, merge) splits alike. Qwen3-8B's heads (group 4, head_dim 128) and
-// Qwen3-Next's (8, 256); 64 and 100 for the run-time head_dim kernel.
-// The last token's bits differ from the 128-position splits' (its softmax is merged from other
-// pieces: the knob took effect).
+// (per-token, tiled, merge) splits alike — and those bits differ from the 128-position splits'
+// (the softmax is merged from other pieces: the knob took effect). Qwen3-8B's heads (group 4,
+// head_dim 128), Qwen3-Next's (8, 256) and head_dim 64 take the tiled kernel in prefill; 100 the
+// run-time head_dim kernel for both. With 32, the token blocks of three sequences too, and a
+// value the kernels do not have is refused.
 TEST_F(CudaAttention, ShorterSplitsKeepDecodeAndPrefillTogether) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
-    const std::vector<float> base = check_one_sequence(heads, kvh, hd);
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    std::vector<float> base;
+    {
+      test::ScopedEnv unset("HIBANA_CUDA_ATTENTION_SPLIT", nullptr);
+      base = check_one_sequence(heads, kvh, hd);
+    }
     for (const char* split : {"64", "32"}) {
-      SCOPED_TRACE(std::string("split ") + split + ", head_dim " + std::to_string(hd));
+      SCOPED_TRACE(std::string("split ") + split);
       test::ScopedEnv env("HIBANA_CUDA_ATTENTION_SPLIT", split);
       EXPECT_FALSE(same_bits(check_one_sequence(heads, kvh, hd), base));
     }
   }
+  test::ScopedEnv env("HIBANA_CUDA_ATTENTION_SPLIT", "32");
+  check_token_blocks(8, 2, 128);
+  check_token_blocks(16, 2, 256);
+  test::ScopedEnv odd("HIBANA_CUDA_ATTENTION_SPLIT", "48");
+  EXPECT_THROW(check_one_sequence(4, 2, 64), Error);
 }
 
 // A token at position 8400 has 66 splits, more than the merge kernel loads per round trip (64):

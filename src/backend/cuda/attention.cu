@@ -259,7 +259,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 // the end. Each lane owns one dimension (an output element's operations are those of any other
 // split of the dimensions among warps). Splits are taken kChunk at a time: their values, maxima
 // and sums are loaded into registers at once (lane l holds the maxima and sums of splits l,
-// l + 32, ...), so up to kChunk splits (8k positions) the merge is one round trip to memory,
+// l + 32, ...), so up to kChunk splits (8k positions at 128 a split) the merge is one round trip,
 // with one more for the maximum beyond that. Each split's scale expf(m - M) is computed once,
 // by the lane holding its maximum, and reaches the others by shuffle.
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
@@ -365,8 +365,12 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
         "CUDA attention: head_dim must be a multiple of 4, at most 256");
   const int64_t T = layout.num_tokens;
   if (T == 0) return;
+  // (Read at every launch; a recorded decode graph keeps the split it was recorded with, so
+  // set it before the engine starts.)
   const int64_t asked = knob("HIBANA_CUDA_ATTENTION_SPLIT", kSplit);
-  const int split = asked == 32 || asked == 64 ? static_cast<int>(asked) : kSplit;
+  check(asked == 32 || asked == 64 || asked == kSplit, ErrorKind::invalid_argument,
+        "HIBANA_CUDA_ATTENTION_SPLIT must be 32, 64 or 128");
+  const int split = static_cast<int>(asked);
   const int max_splits = static_cast<int>((layout.max_pages * page + split - 1) / split);
   // Prefill (some sequence has several tokens here) takes the register-tiled kernel, in blocks
   // of qb tokens of one sequence, where it has a variant for this head_dim and group.

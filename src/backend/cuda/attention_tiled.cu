@@ -1,8 +1,8 @@
 // Register-tiled attention for prefill: a CTA takes R (token, head) rows — R / group consecutive
-// tokens of one sequence and the group's query heads — against one 128-position split of one
-// KV head. Per 32-key tile, each thread computes a few rows x 4 keys of scores (so each K and Q
-// value read from shared memory feeds several products) and then a few rows x 16 dimensions of
-// the value sums.
+// tokens of one sequence and the group's query heads — against one split (128 positions, or
+// AttnParams::split) of one KV head. Per 32-key tile, each thread computes a few rows x 4 keys of
+// scores (so each K and Q value read from shared memory feeds several products) and then a few rows
+// x 16 dimensions of the value sums.
 //
 // Bit-identical to attention_split_kernel for every (token, head): a score is four partial dot
 // products over the dimensions d = i (mod 4), ascending, added as (d0 + d1) + (d2 + d3) and

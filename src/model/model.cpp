@@ -21,6 +21,11 @@ namespace hibana {
 
 namespace {
 
+// Seconds since `start` (start-up log lines).
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Final norm and lm_head over the chosen rows of x; logits (and hidden states) come back to
 // host memory. A vocabulary-sharded lm_head gives each rank its columns, then all of them.
 void project_rows(const ModelConfig& c, const Weight& lm_head, const Tensor& norm, Backend& be,
@@ -197,8 +202,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::shared_ptr<Backend> 
     log_info("copying ", weights_.matrix_bytes >> 20, " MiB of weights to ", backend_->name());
     const auto start = std::chrono::steady_clock::now();
     move_weights(weights_, backend_->device());
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s = seconds_since(start);
     log_info("weights copied in ", s, " s (",
              static_cast<double>(weights_.matrix_bytes) / 1e9 / std::max(s, 1e-9), " GB/s)");
   }
@@ -281,8 +285,7 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_path, DType dtype,
   const auto start = std::chrono::steady_clock::now();
   ModelWeights weights =
       make_dummy_weights(config, dtype, seed, true, backend->device() != Device::cpu);
-  log_info("dummy weights made in ",
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s");
+  log_info("dummy weights made in ", seconds_since(start), " s");
   if (shard) shard_weights(weights, config, shard->plan);
   auto m = std::make_unique<Model>(std::move(config), std::move(weights), std::move(backend),
                                    std::move(shard));

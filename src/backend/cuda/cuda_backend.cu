@@ -290,12 +290,12 @@ class Timed {
   cudaEvent_t a_{};
 };
 
-// HIBANA_CUDA_FUSED_SWIGLU=1: the decode matmul of a stacked [gate ; up] (dense MLPs and the
+// HIBANA_CUDA_FUSED_SWIGLU: the decode matmul of a stacked [gate ; up] (dense MLPs and the
 // MoE experts at up to 8 tokens) also computes silu(gate) * up, one launch fewer per layer
 // (the same bits). On by default (8B decode +1.4% at batch 1, 80B +1.4%: docs/benchmarks.md,
 // fourteenth slice); =0 turns it off. Read at every call (tests switch it).
 bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
-// HIBANA_CUDA_GROUPED_PREFETCH=1: the MoE down projection's decode kernel starts its weight
+// HIBANA_CUDA_GROUPED_PREFETCH: the MoE down projection's decode kernel starts its weight
 // copies before waiting for the kernel before it, as plain products do (its routing is older).
 // On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
 // off. Read at every call.

@@ -389,20 +389,27 @@ void describe_x(const Tensor& x, Params& p) {
 
 }  // namespace mm
 
+namespace {
+// The Params of a plain product x · wᵀ into out (shapes checked by the caller).
+mm::Params plain_params(const Tensor& x, const Weight& w, Tensor out) {
+  mm::Params p{};
+  mm::describe_weight(w, p);
+  mm::describe_x(x, p);
+  p.out = out.ptr<float>();
+  p.ldo = out.stride[0];
+  p.M = x.shape[0];
+  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
+  return p;
+}
+}  // namespace
+
 void matmul(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0];
   check(w.cols() == x.shape[1], ErrorKind::internal,
         "matmul: x is " + x.shape_string() + " but the weight is " + w.w.shape_string());
   check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
         "matmul: output is " + out.shape_string());
-  mm::Params p{};
-  mm::describe_weight(w, p);
-  mm::describe_x(x, p);
-  p.out = out.ptr<float>();
-  p.ldo = out.stride[0];
-  p.M = m;
-  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
-  mm::run(p, elt_of(w.w.dtype), false, m, 1);
+  mm::run(plain_params(x, w, out), elt_of(w.w.dtype), false, m, 1);
 }
 
 bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
@@ -411,16 +418,10 @@ bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
         "matmul_swiglu: x is " + x.shape_string() + " but the weight is " + w.w.shape_string());
   check(out.shape[0] == m && out.shape[1] == I && out.stride[1] == 1, ErrorKind::internal,
         "matmul_swiglu: output is " + out.shape_string());
-  mm::Params p{};
-  mm::describe_weight(w, p);
-  mm::describe_x(x, p);
+  mm::Params p = plain_params(x, w, out);
   const Elt elt = elt_of(w.w.dtype);
   if (!mm::swiglu_fits(p, elt, m)) return false;
   if (m == 0) return true;
-  p.out = out.ptr<float>();
-  p.ldo = out.stride[0];
-  p.M = m;
-  p.single = mm::MatPtr{w.w.data, w.scale.empty() ? nullptr : w.scale.data};
   p.pair = I;
   mm::run(p, elt, false, m, 1);  // (the split is the unfused product's: N = 2I)
   return true;

@@ -72,8 +72,9 @@ constexpr int kSmallRingPerWarp = 10 << 10;
 
 // kWide: 128 k per pipeline stage instead of 64 — two chunks of fp8 per wait, whose
 // conversions the compiler may interleave (one chunk's chain per stage left the warp waiting on
-// each instruction: ncu, 5.5 cycles per issue). Only with shared activations (a lane's own
-// activations for a stage would take 64 registers).
+// each instruction: ncu, 5.5 cycles per issue). fp8 weights with shared activations take them
+// (a lane's own activations for a stage would take 64 registers): the 80B decode 1.3% faster at
+// batch 1, 12352x2048 fp8 14.2 -> 13.4 us (docs/benchmarks.md, fourteenth slice).
 template <Elt E, int kRing = kRingPerWarp, bool kWide = false>
 struct Gemv {
   static constexpr int esize = EltInfo<E>::size;
@@ -97,10 +98,6 @@ struct Gemv {
     return static_cast<int>(bytes + (target - bytes % 128 + 128) % 128);
   }
 };
-
-// fp8 weights with shared activations take the wide stages (Gemv::kWide): the 80B decode 1.3%
-// faster at batch 1, 12352x2048 fp8 14.2 -> 13.4 us (docs/benchmarks.md, fourteenth slice).
-constexpr bool kWideFp8Stages = true;
 
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
@@ -173,7 +170,7 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
 template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp,
           bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
-  using S = Gemv<E, kRing, kXShared && E == Elt::fp8 && kWideFp8Stages>;
+  using S = Gemv<E, kRing, kXShared && E == Elt::fp8>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kStageK = S::kStageK;
   // launch() sizes shared memory from Gemv<E, kRing> (kSmem, and plane_pitch_bytes from KC):
@@ -518,7 +515,7 @@ void launch(const Params& p, int groups, int x_rows) {
   // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
-  using Small = Gemv<E, kSmallRingPerWarp, E == Elt::fp8 && kWideFp8Stages>;  // (shared x only)
+  using Small = Gemv<E, kSmallRingPerWarp, E == Elt::fp8>;  // (shared x only)
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;
   if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {

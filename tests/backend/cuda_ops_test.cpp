@@ -516,12 +516,15 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
 }
 
 // Expert products long enough to be split, so that the grouped launches add split partials
-// (the reduction no other MoE test reaches: their products are one split each). H = I = 1024:
-// gate, up and down each in 2 splits of 512 under grouped tile targets of 16 or more. The
-// 80B's shapes stacked (I = 512, H = 2048): gate/up [1024, 2048] in 2 splits at the default
-// target, down [2048, 512] in one.
+// (the reduction no other MoE test reaches: their products are one split each). At the grouped
+// tile target of 8, a matrix of at most 512 rows and at least 1024 columns takes 2 splits of
+// 512: H = 1024, I = 512 splits gate and up; H = 512, I = 1024 the down projection; stacked,
+// H = 1024, I = 256 the [512, 1024] gate/up (the fused SwiGLU's partials carry gate and up
+// apart). And the 80B's shapes stacked (I = 512, H = 2048: one split each).
 TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
-  expect_moe_matches_cpu(*this, 1024, 1024, false);
+  expect_moe_matches_cpu(*this, 1024, 512, false);
+  expect_moe_matches_cpu(*this, 512, 1024, false);
+  expect_moe_matches_cpu(*this, 1024, 256, true);
   expect_moe_matches_cpu(*this, 2048, 512, true);
 }
 

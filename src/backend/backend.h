@@ -203,6 +203,17 @@ class Backend {
   // pairs whose id is -1 are skipped (they add nothing, whatever their weight).
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts, Tensor out) = 0;
+  // moe_route, then moe_experts of x on its pairs (nothing in between: no expert parallelism),
+  // ids and weights receiving the routing; experts must be the routed ones, plus the shared
+  // expert as expert E when there is a shared_gate. A GPU groups the pairs by expert in the
+  // routing's launch, with the same bits.
+  virtual void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k,
+                                 bool renormalise, const Tensor& shared_gate,
+                                 const ExpertWeights& experts, Tensor ids, Tensor weights,
+                                 Tensor out) {
+    moe_route(logits, k, renormalise, shared_gate, ids, weights);
+    moe_experts(x, ids, weights, experts, out);
+  }
   // Expert parallelism, in place on moe_route's output: an id in [first, first + count) becomes
   // id - first (an index into this rank's experts); any other becomes -1 with weight 0. The
   // default throws Error(unsupported): a backend that runs expert parallelism overrides it.

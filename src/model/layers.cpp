@@ -146,12 +146,17 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   const int64_t pairs = k + (folded ? 1 : 0);
   OwnedTensor ids = make_uninit_tensor(DType::i32, {T, pairs}, be.device()),
               weights = scratch(be, T, pairs);
-  be.moe_route(logits, k, c.norm_topk_prob, folded ? gate : Tensor{}, ids.tensor, weights.tensor);
+  const Tensor route_gate = folded ? gate : Tensor{};
+  const ExpertWeights& experts = folded ? w.with_shared : w.experts;
   const int64_t held = static_cast<int64_t>(w.experts.gate.size());
-  if (held != E) {  // expert parallelism: the pairs of other ranks' experts are skipped here
+  if (held == E) {
+    be.moe_route_experts(xn, logits, k, c.norm_topk_prob, route_gate, experts, ids.tensor,
+                         weights.tensor, out);
+  } else {  // expert parallelism: the pairs of other ranks' experts are skipped here
+    be.moe_route(logits, k, c.norm_topk_prob, route_gate, ids.tensor, weights.tensor);
     be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
+    be.moe_experts(xn, ids.tensor, weights.tensor, experts, out);
   }
-  be.moe_experts(xn, ids.tensor, weights.tensor, folded ? w.with_shared : w.experts, out);
   if (!folded && !w.shared.gate.empty()) {
     OwnedTensor shared = scratch(be, T, c.hidden_size);
     mlp(w.shared, be, xn, shared.tensor);

@@ -1,5 +1,5 @@
-// CUDA ops that fuse several Backend ops (attention_prep) give the bits of the ops they
-// replace, run one by one on the same GPU, and match the CPU. Skipped without a GPU.
+// CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts) give the bits of
+// the ops they replace, run one by one on the same GPU, and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,13 +12,16 @@
 
 #include "backend/backend.h"
 #include "core/device_memory.h"
+#include "core/numeric.h"
 #include "support/cuda_fixture.h"
 #include "support/random.h"
+#include "support/scoped_env.h"
 
 namespace hibana {
 namespace {
 
 using test::randn;
+using test::ScopedEnv;
 
 class CudaFusedOps : public test::CudaFixture {
  public:
@@ -128,6 +131,115 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
     // The padding row's slot stayed empty; the others hold their token's v.
     const int64_t stored = std::count_if(gvp.begin(), gvp.end(), [](float x) { return x != 0; });
     EXPECT_EQ(stored, (T - 1) * kw);
+  }
+}
+
+struct RouteCase {
+  int64_t E, k;
+  bool shared;
+};
+
+// The routing and the grouping of its pairs in one launch (HIBANA_CUDA_FUSED_ROUTING=1, up to 32
+// tokens): the ids, weights and expert outputs of moe_route then moe_experts, bit for bit, and
+// the CPU's. Expert counts of each routing kernel (keys in registers: 64 and the 80B's 512 with
+// its shared expert as expert 512; in memory: 600), 1, 5 and 32 tokens, and 33 (the two ops).
+// A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths.
+TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  const int64_t H = 128, I = 32;
+  for (const RouteCase& c : {RouteCase{64, 4, false}, RouteCase{512, 10, true},
+                             RouteCase{600, 8, true}}) {
+    SCOPED_TRACE(testing::Message() << c.E << " experts, top-" << c.k
+                                    << (c.shared ? " and the shared one" : ""));
+    const int64_t experts = c.E + (c.shared ? 1 : 0), pairs = c.k + (c.shared ? 1 : 0);
+    // Expert e's gate, up and down: three bf16 matrices cut from one random pool (bytes at
+    // offsets that depend on e, so experts differ), on both devices.
+    const int64_t pool_rows = 4 * I + H;
+    std::vector<uint16_t> pool(pool_rows * H);
+    const std::vector<float> pv = randn(pool.size(), 31, 0.05f);
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = f32_to_bf16(pv[i]);
+    const Tensor pool_dev = upload(pool.data(), DType::bf16, {pool_rows, H});
+    const Tensor pool_host(pool.data(), DType::bf16, {pool_rows, H});
+    ExpertWeights host, dev;
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t at = (e * 7) % (3 * I);  // a row offset: gate, up and down stay in the pool
+      for (auto [set, base] : {std::pair<ExpertWeights*, Tensor>{&host, pool_host},
+                               {&dev, pool_dev}}) {
+        auto cut = [&, base = base](int64_t row, int64_t rows, int64_t cols) {
+          Weight w;
+          w.w = Tensor(static_cast<uint16_t*>(base.data) + row * H, DType::bf16, {rows, cols},
+                       base.device);
+          return w;
+        };
+        set->gate.push_back(cut(at, I, H));
+        set->up.push_back(cut(at + I, I, H));
+        set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
+      }
+    }
+    for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{32}, int64_t{33}}) {
+      SCOPED_TRACE(testing::Message() << T << " tokens");
+      std::vector<float> logits = randn(T * c.E, 32), gate = randn(T, 33), x = randn(T * H, 34);
+      const int64_t nan_row = T > 1 ? 1 : -1;
+      if (nan_row >= 0) logits[nan_row * c.E + 3] = std::nanf("");
+      const Tensor lg = upload(logits.data(), DType::f32, {T, c.E}),
+                   gd = c.shared ? upload(gate.data(), DType::f32, {T, 1}) : Tensor{},
+                   xd = upload(x.data(), DType::f32, {T, H});
+      struct Out {
+        Tensor ids, weights, out;
+      };
+      auto outputs = [&] {
+        const std::vector<int32_t> zero(T * pairs, 0);
+        return Out{upload(zero.data(), DType::i32, {T, pairs}), device_f32(T, pairs),
+                   device_f32(T, H)};
+      };
+      const Out apart = outputs(), fused = outputs();
+      timed->moe_route(lg, c.k, true, gd, apart.ids, apart.weights);
+      timed->moe_experts(xd, apart.ids, apart.weights, dev, apart.out);
+      timed->timing_report();  // (forgets the ops before)
+      {
+        ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
+        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, fused.ids, fused.weights, fused.out);
+      }
+      const std::string ops = timed->timing_report();
+      EXPECT_EQ(ops.find("moe_experts") == std::string::npos, T <= 32) << ops;
+      std::vector<int32_t> ids_a(T * pairs), ids_f(T * pairs);
+      copy_to_host(apart.ids, ids_a.data());
+      copy_to_host(fused.ids, ids_f.data());
+      EXPECT_EQ(ids_a, ids_f);
+      for (auto [name, a, f] : {std::tuple<const char*, Tensor, Tensor>{"weights", apart.weights,
+                                                                        fused.weights},
+                                {"out", apart.out, fused.out}}) {
+        const std::vector<float> va = download(a), vf = download(f);
+        EXPECT_EQ(std::memcmp(va.data(), vf.data(), va.size() * sizeof(float)), 0) << name;
+      }
+      if (nan_row >= 0) {
+        for (int64_t j = 0; j < c.k; ++j) EXPECT_EQ(ids_f[nan_row * pairs + j], j);
+      }
+
+      // The CPU's routing and experts, on the rows without a NaN (the CPU gets a 0 there).
+      if (nan_row >= 0) logits[nan_row * c.E + 3] = 0.0f;
+      std::vector<int32_t> ids_c(T * pairs);
+      std::vector<float> w_c(T * pairs), out_c(T * H);
+      cpu->moe_route_experts(
+          Tensor(x.data(), DType::f32, {T, H}), Tensor(logits.data(), DType::f32, {T, c.E}), c.k,
+          true, c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{}, host,
+          Tensor(ids_c.data(), DType::i32, {T, pairs}), Tensor(w_c.data(), DType::f32, {T, pairs}),
+          Tensor(out_c.data(), DType::f32, {T, H}));
+      const std::vector<float> w_f = download(fused.weights), out_f = download(fused.out);
+      float worst = 0.0f;
+      for (int64_t t = 0; t < T; ++t) {
+        if (t == nan_row) continue;
+        for (int64_t j = 0; j < pairs; ++j) {
+          EXPECT_EQ(ids_f[t * pairs + j], ids_c[t * pairs + j]) << t << ", " << j;
+          worst = std::max(worst, std::fabs(w_f[t * pairs + j] - w_c[t * pairs + j]));
+        }
+        for (int64_t i = 0; i < H; ++i) {
+          worst = std::max(worst, std::fabs(out_f[t * H + i] - out_c[t * H + i]));
+        }
+      }
+      EXPECT_LT(worst, 1e-4f);
+    }
   }
 }
 

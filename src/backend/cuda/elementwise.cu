@@ -1,5 +1,6 @@
-// Embedding, norms, rotary embedding, elementwise ops and MoE routing on CUDA. Reductions run
-// in a fixed order per row, so a row's result does not depend on the other rows of the batch.
+// Embedding, norms, rotary embedding and elementwise ops on CUDA (the MoE routing is in
+// moe_route.cu). Reductions run in a fixed order per row, so a row's result does not depend on
+// the other rows of the batch.
 #include <algorithm>
 #include <cmath>
 
@@ -230,110 +231,6 @@ __global__ void add_sigmoid_scaled_kernel(float* x, int64_t ldx, const float* y,
   x[r * ldx + c] += sigmoid_f(g[r * ldg]) * y[r * ldy + c];
 }
 
-// ---- MoE routing -------------------------------------------------------------------------------
-
-// One warp per token: softmax over E logits, then k rounds of arg-max (ties to the lower index).
-// Lane l holds the probabilities of experts l, l + 32, ...: in registers when E <= 32 * kPer
-// (the decode case: no memory traffic between the rounds), else in `probs`. Both forms perform
-// the same operations in the same order. Rows of ids and weights are ldo apart (k, or k + 1
-// with a shared expert: its gate logit, when given, becomes pair k, id E).
-template <int kPer>
-__global__ void moe_route_kernel(const float* logits, int64_t ldl, int64_t T, int64_t E, int k,
-                                 bool renormalise, const float* shared_gate, int64_t ldg,
-                                 int32_t* ids, float* weights, int64_t ldo, float* probs) {
-  pdl_start();
-  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (t >= T) return;
-  const float gate = shared_gate ? shared_gate[t * ldg] : 0.0f;  // (loaded with the logits)
-  const float* l = logits + t * ldl;
-  float* p = probs + t * E;
-  float reg[kPer > 0 ? kPer : 1];
-  const int n = kPer > 0 ? kPer : static_cast<int>((E + 31) / 32);
-  auto at = [&](int i) -> float& {
-    if constexpr (kPer > 0) return reg[i];
-    return p[lane + 32 * i];
-  };
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
-  }
-  mx = warp_max(mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    if (lane + 32 * i < E) {
-      at(i) = expf(l[lane + 32 * i] - mx);
-      sum += at(i);
-    }
-  }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    if (lane + 32 * i < E) at(i) /= sum;
-  }
-  __syncwarp();
-  float total = 0.0f, mine = 0.0f;
-  int mine_e = 0;
-  // Probabilities are >= 0 and taken experts -2; a NaN probability (a token whose hidden state
-  // is not finite — e.g. a padding row of a recorded decode batch) counts as -1, so every round
-  // still picks a valid expert and no index is ever computed from a NaN.
-  for (int j = 0; j < k; ++j) {
-    float best = -1.5f;
-    int best_e = INT32_MAX;
-#pragma unroll
-    for (int i = 0; i < n; ++i) {
-      if (lane + 32 * i < E) {
-        const float v = at(i) != at(i) ? -1.0f : at(i);
-        if (v > best) {
-          best = v;
-          best_e = lane + 32 * i;
-        }
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
-    best = fmaxf(best, 0.0f);  // the same on every lane (the butterfly above)
-    if (lane == j) {
-      mine = best;
-      mine_e = best_e;
-    }
-    if (k > 32 && lane == 0) {
-      ids[t * ldo + j] = best_e;
-      weights[t * ldo + j] = best;
-    }
-    total += best;
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < n; ++i) {
-      if (lane + 32 * i == best_e) at(i) = -2.0f;  // taken
-    }
-    __syncwarp();
-  }
-  // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
-  // at once; more picks went out in their rounds and are divided here (load, divide, store).
-  if (k <= 32) {
-    if (lane < k) {
-      ids[t * ldo + lane] = mine_e;
-      weights[t * ldo + lane] = renormalise ? mine / total : mine;
-    }
-  } else if (renormalise && lane == 0) {
-    for (int j = 0; j < k; ++j) weights[t * ldo + j] /= total;
-  }
-  if (shared_gate && lane == 0) {
-    ids[t * ldo + k] = static_cast<int32_t>(E);
-    weights[t * ldo + k] = sigmoid_f(gate);
-  }
-}
-
 }  // namespace
 
 void embedding(const Weight& table, const Tensor& ids, Tensor out) {
@@ -461,31 +358,6 @@ void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g) {
   launch_pdl(add_sigmoid_scaled_kernel, blocks_for(rows * cols, 256), 256, 0, x.ptr<float>(), ld(x),
              y.ptr<float>(), ld(y), g.ptr<float>(), ld(g), rows, cols);
   launched("add_sigmoid_scaled_kernel");
-}
-
-void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
-               Tensor ids, Tensor weights) {
-  const int64_t T = logits.shape[0], E = logits.shape[1];
-  const bool shared = !shared_gate.empty();
-  check(k >= 1 && k <= E, ErrorKind::internal, "moe_route: top-k out of range");
-  check(ids.is_contiguous() && weights.is_contiguous(), ErrorKind::internal,
-        "moe_route: outputs must be contiguous");
-  check(ids.shape[1] == k + shared && weights.shape[1] == k + shared, ErrorKind::internal,
-        "moe_route: ids and weights need k (+1 with a shared expert) columns");
-  if (T == 0) return;
-  auto go = [&](auto kernel, float* probs) {
-    launch_pdl(kernel, blocks_for(T * 32, 128), 128, 0, logits.ptr<float>(), ld(logits), T, E,
-               static_cast<int>(k), renormalise,
-               shared ? shared_gate.ptr<float>() : static_cast<const float*>(nullptr),
-               shared ? ld(shared_gate) : int64_t{0}, ids.ptr<int32_t>(), weights.ptr<float>(),
-               k + shared, probs);
-    launched("moe_route_kernel");
-  };
-  if (E <= 128) return go(moe_route_kernel<4>, nullptr);
-  if (E <= 256) return go(moe_route_kernel<8>, nullptr);
-  if (E <= 512) return go(moe_route_kernel<16>, nullptr);
-  Scratch probs(static_cast<size_t>(T * E) * sizeof(float));
-  go(moe_route_kernel<0>, probs.as<float>());
 }
 
 }  // namespace hibana::cuda

@@ -1,12 +1,13 @@
-// The MoE experts on CUDA: tokens grouped by expert on the GPU, then one grouped matmul launch
-// per projection (each expert's weights read once per pass, whatever the number of tokens it
-// serves; gate and up in one launch when move_weights stacked them), SiLU-gating, and the
-// weighted combine of each token's k expert outputs.
+// The MoE experts on CUDA: tokens grouped by expert on the GPU (moe_route.cu), then one grouped
+// matmul launch per projection (each expert's weights read once per pass, whatever the number
+// of tokens it serves; gate and up in one launch when move_weights stacked them), SiLU-gating,
+// and the weighted combine of each token's k expert outputs.
 #include <algorithm>
 #include <mutex>
 #include <vector>
 
 #include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/moe_impl.h"
 #include "backend/cuda/ops.h"
 #include "core/device_memory.h"
 
@@ -51,111 +52,6 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
     ex.cache.data = std::move(t);
   }
   return *static_cast<const ExpertTables*>(ex.cache.data.get());
-}
-
-// Groups the T*k (token, slot) pairs by expert: offsets [E + 1], rows (pair indices), the
-// experts that got any, ascending (active[0 .. *n_active)), and where each active expert's
-// tiles start in the tiled matmul's list (tile_start[0 .. *n_active]). One CTA; each thread
-// owns a contiguous run of experts, and a block-wide scan of the runs' (rows, experts used,
-// tiles) gives every thread where its run starts.
-__global__ void group_by_expert_kernel(const int32_t* ids, int64_t pairs, int E, int32_t* offsets,
-                                       int32_t* rows, int32_t* active, int32_t* n_active,
-                                       int32_t* tile_start) {
-  pdl_start();
-  extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
-  __shared__ int32_t warp_total[3][32];
-  int32_t* cursor = counts + E;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
-  __syncthreads();
-  // A thread's first kHeld ids stay in registers for the last pass (reloaded there, they would
-  // wait behind the stores before it, which may alias them for the compiler); more pairs than
-  // kHeld per thread (long prefills) reload the rest.
-  constexpr int kHeld = 4;
-  const int64_t held_pairs = static_cast<int64_t>(kHeld) * blockDim.x;
-  int held[kHeld];
-#pragma unroll
-  for (int r = 0; r < kHeld; ++r) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
-    held[r] = i < pairs ? ids[i] : -1;
-  }
-#pragma unroll
-  for (int r = 0; r < kHeld; ++r) {
-    if (held[r] >= 0 && held[r] < E) atomicAdd(&counts[held[r]], 1);
-  }
-  for (int64_t i = held_pairs + threadIdx.x; i < pairs; i += blockDim.x) {
-    const int e = ids[i];
-    if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
-  }
-  __syncthreads();
-  auto tiles_of = [](int32_t c) { return (c + mm::kTiledTokens - 1) / mm::kTiledTokens; };
-  const int per = (E + blockDim.x - 1) / blockDim.x;
-  const int lo = min(E, static_cast<int>(threadIdx.x) * per), hi = min(E, lo + per);
-  int32_t mine[3] = {0, 0, 0};  // rows, experts used, tiles of this thread's run
-  for (int e = lo; e < hi; ++e) {
-    mine[0] += counts[e];
-    mine[1] += counts[e] > 0;
-    mine[2] += tiles_of(counts[e]);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t before[3];
-#pragma unroll
-  for (int v = 0; v < 3; ++v) {
-    int32_t incl = mine[v];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
-    if (lane == 31) warp_total[v][warp] = incl;
-    before[v] = incl - mine[v];
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int warps = blockDim.x / 32;
-#pragma unroll
-    for (int v = 0; v < 3; ++v) {
-      int32_t incl = lane < warps ? warp_total[v][lane] : 0;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      if (lane < warps) warp_total[v][lane] = incl;  // inclusive over warps
-    }
-  }
-  __syncthreads();
-  int32_t run = before[0], used = before[1], tiles = before[2];
-  if (warp > 0) {
-    run += warp_total[0][warp - 1];
-    used += warp_total[1][warp - 1];
-    tiles += warp_total[2][warp - 1];
-  }
-  for (int e = lo; e < hi; ++e) {
-    offsets[e] = run;
-    cursor[e] = run;
-    run += counts[e];
-    if (counts[e] > 0) {
-      tile_start[used] = tiles;
-      tiles += tiles_of(counts[e]);
-      active[used++] = e;
-    }
-  }
-  if (threadIdx.x == blockDim.x - 1) {  // its run ends the list: the totals
-    offsets[E] = run;
-    tile_start[used] = tiles;
-    *n_active = used;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < kHeld; ++r) {
-    const int e = held[r];
-    const int64_t i = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
-    if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
-  }
-  for (int64_t i = held_pairs + threadIdx.x; i < pairs; i += blockDim.x) {
-    const int e = ids[i];
-    if (e >= 0 && e < E) rows[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
-  }
 }
 
 // out[t] = sum_j weights[t, j] * y[t * k + j], j ascending, pairs with id -1 skipped (their y
@@ -207,26 +103,17 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 
 }  // namespace
 
-void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down) {
+namespace {
+
+// moe_experts on pairs already grouped by expert.
+void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                     const ExpertWeights& experts, const Grouping& groups, Tensor out,
+                     bool fuse_swiglu, bool prefetch_down) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
-  const int E = static_cast<int>(experts.gate.size());
-  if (T == 0) return;
-  check(E > 0 && experts.up.size() == experts.gate.size() &&
-            experts.down.size() == experts.gate.size(),
-        ErrorKind::internal, "moe: expert lists differ in length");
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
-
   // At most min(E, T * k) experts are used: the grouped launches have that many slices.
-  const int slices = static_cast<int>(std::min<int64_t>(E, pairs));
-  Scratch offsets((E + 1) * sizeof(int32_t)), rows(pairs * sizeof(int32_t)),
-      active((2 * E + 2) * sizeof(int32_t));
-  int32_t* n_active = active.as<int32_t>() + E;
-  int32_t* tile_start = n_active + 1;
-  launch_pdl(group_by_expert_kernel, 1, 1024, 2 * E * sizeof(int32_t), ids.ptr<int32_t>(), pairs, E,
-             offsets.as<int32_t>(), rows.as<int32_t>(), active.as<int32_t>(), n_active, tile_start);
-  launched("group_by_expert_kernel");
+  const int slices = static_cast<int>(std::min<int64_t>(groups.E, pairs));
 
   // gate and up of each pair side by side: [pairs, 2I], gate in the first I columns.
   Scratch gate_up(pairs * 2 * I * sizeof(float)), y(pairs * H * sizeof(float));
@@ -244,12 +131,12 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.ldo = ldo;
     p.M = pairs;
     p.mats = static_cast<const MatPtr*>(table.data());
-    p.group_offset = offsets.as<int32_t>();
-    p.group_rows = rows.as<int32_t>();
+    p.group_offset = groups.offsets.as<int32_t>();
+    p.group_rows = groups.rows.as<int32_t>();
     p.x_div = x_div;
-    p.active = active.as<int32_t>();
-    p.n_active = n_active;
-    p.tile_start = tile_start;
+    p.active = groups.active.as<int32_t>();
+    p.n_active = groups.n_active();
+    p.tile_start = groups.tile_start();
     p.pair = pair;
     p.routing_ready = routing_ready;
     const Elt elt = elt_of(w0.w.dtype);
@@ -277,6 +164,42 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
              weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),
              ld(out));
   launched("moe_combine_kernel");
+}
+
+void check_experts(const ExpertWeights& experts) {
+  check(!experts.gate.empty() && experts.up.size() == experts.gate.size() &&
+            experts.down.size() == experts.gate.size(),
+        ErrorKind::internal, "moe: expert lists differ in length");
+}
+
+}  // namespace
+
+void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down) {
+  if (x.shape[0] == 0) return;
+  check_experts(experts);
+  const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
+  group_by_expert(ids.ptr<int32_t>(), groups);
+  experts_grouped(x, ids, weights, experts, groups, out, fuse_swiglu, prefetch_down);
+}
+
+bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                       const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
+                       Tensor weights, Tensor out, bool fuse_swiglu, bool prefetch_down) {
+  const int64_t T = x.shape[0];
+  const bool shared = !shared_gate.empty();
+  // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
+  if (T > kRouteGroupTokens ||
+      static_cast<int64_t>(experts.gate.size()) != logits.shape[1] + (shared ? 1 : 0)) {
+    return false;
+  }
+  if (T == 0) return true;
+  check_experts(experts);
+  check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
+  const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
+  route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
+  experts_grouped(x, ids, weights, experts, groups, out, fuse_swiglu, prefetch_down);
+  return true;
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

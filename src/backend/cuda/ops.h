@@ -21,6 +21,8 @@ void add(Tensor x, const Tensor& y);
 void mul_sigmoid(Tensor x, const Tensor& g);
 void add_sigmoid_scaled(Tensor x, const Tensor& y, const Tensor& g);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor out);
+
+// moe_route.cu
 void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                Tensor ids, Tensor weights);
 
@@ -38,6 +40,12 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false,
                  bool prefetch_down = false);
+// moe_route then moe_experts with the routing and the grouping of its pairs by expert in one
+// launch (the same bits); false (nothing done) for more than 32 tokens, or an expert set that
+// is not the routing's experts (plus the shared one when there is a shared gate).
+bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                       const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
+                       Tensor weights, Tensor out, bool fuse_swiglu, bool prefetch_down);
 
 // sampling.cu
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,

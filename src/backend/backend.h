@@ -192,6 +192,16 @@ class Backend {
   // one group per value head).
   virtual void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                              Tensor out) = 0;
+  // gdn_recurrence into out, then gated_rmsnorm(out, z, norm, eps, out) (the layer's output
+  // gate); a GPU does both in one kernel, with the same bits.
+  virtual void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
+                                    const Tensor& A_log, const Tensor& dt_bias,
+                                    const GdnShape& shape, Tensor states,
+                                    const BatchLayout& layout, const Tensor& z,
+                                    const Tensor& norm, float eps, Tensor out) {
+    gdn_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, out);
+    gated_rmsnorm(out, z, norm, eps, out);
+  }
 
   // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation, into ids
   // and weights [T, k]. With a shared_gate ([T, 1] logits of a shared expert's gate; empty:

@@ -1,5 +1,6 @@
-// CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts) give the bits of
-// the ops they replace, run one by one on the same GPU, and match the CPU. Skipped without a GPU.
+// CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts,
+// gdn_recurrence_gated) give the bits of the ops they replace, run one by one on the same GPU,
+// and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,6 +241,120 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       }
       EXPECT_LT(worst, 1e-4f);
     }
+  }
+}
+
+struct GdnCase {
+  Backend::GdnShape shape;
+  bool fused;  // whether the one kernel takes it (value_dim <= 128)
+};
+
+// The DeltaNet recurrence with its gated norm in one kernel (HIBANA_CUDA_FUSED_GDN_NORM=1): the
+// output and every state slot (the snapshot too) with the bits of gdn_recurrence then
+// gated_rmsnorm, and the CPU's. Three sequences: three tokens (one snapshot), a padding row
+// (slot -1: no state, the norm of zeros), two tokens; z a column range of a wider buffer. The
+// 80B's heads, a value_dim of 96 (a CTA's last columns idle), and 256 (the two kernels).
+TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  const std::vector<int32_t> seq_start = {0, 3, 4, 6}, slots = {2, -1, 0},
+                             snaps = {-1, 3, -1, -1, -1, -1}, cpu_slots = {2, 1, 0},
+                             positions = {10, 11, 12, 5, 7, 8};
+  const int64_t T = 6, S = 3, slot_count = 4;
+  for (const GdnCase& c : {GdnCase{{16, 32, 128, 128}, true}, GdnCase{{2, 4, 64, 96}, true},
+                           GdnCase{{1, 2, 32, 256}, false}}) {
+    const Backend::GdnShape& g = c.shape;
+    SCOPED_TRACE(testing::Message() << g.value_heads << " heads of " << g.key_dim << " x "
+                                    << g.value_dim);
+    const int64_t C = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim,
+                  V = g.value_heads * g.value_dim, zw = V + 8,
+                  per_slot = g.value_heads * g.key_dim * g.value_dim;
+    const std::vector<float> qkv = randn(T * C, 41), b = randn(T * g.value_heads, 42),
+                             a = randn(T * g.value_heads, 43), A_log = randn(g.value_heads, 44),
+                             dt = randn(g.value_heads, 45), z = randn(T * zw, 46),
+                             norm = randn(g.value_dim, 47),
+                             states0 = randn(slot_count * per_slot, 48, 0.1f);
+    auto layout_on = [&](bool device) {
+      BatchLayout l;
+      l.num_tokens = T;
+      l.num_seqs = S;
+      l.gdn_mode = GdnMode::recurrent;
+      auto put = [&](const std::vector<int32_t>& v) {
+        return device ? upload(v.data(), DType::i32, {static_cast<int64_t>(v.size())})
+                      : Tensor(const_cast<int32_t*>(v.data()), DType::i32,
+                               {static_cast<int64_t>(v.size())});
+      };
+      l.positions = put(positions);
+      l.seq_start = put(seq_start);
+      l.state_slot = put(device ? slots : cpu_slots);
+      l.snapshot_slot = put(snaps);
+      return l;
+    };
+    const BatchLayout dl = layout_on(true);
+    const Tensor qd = upload(qkv.data(), DType::f32, {T, C}),
+                 bd = upload(b.data(), DType::f32, {T, g.value_heads}),
+                 ad = upload(a.data(), DType::f32, {T, g.value_heads}),
+                 Ad = upload(A_log.data(), DType::f32, {g.value_heads}),
+                 dd = upload(dt.data(), DType::f32, {g.value_heads}),
+                 zd = first_columns(upload(z.data(), DType::f32, {T, zw}), V),
+                 nd = upload(norm.data(), DType::f32, {g.value_dim});
+    struct Run {
+      Tensor out, states;
+    };
+    auto run_gpu = [&](bool fused) {
+      Run r{device_f32(T, V),
+            upload(states0.data(), DType::f32, {slot_count, g.value_heads, g.key_dim, g.value_dim})};
+      timed->timing_report();  // (forgets the ops before)
+      if (fused) {
+        ScopedEnv on("HIBANA_CUDA_FUSED_GDN_NORM", "1");
+        timed->gdn_recurrence_gated(qd, bd, ad, Ad, dd, g, r.states, dl, zd, nd, 1e-6f, r.out);
+        const std::string ops = timed->timing_report();
+        EXPECT_EQ(ops.find("gated_rmsnorm") == std::string::npos, c.fused) << ops;
+      } else {
+        timed->Backend::gdn_recurrence_gated(qd, bd, ad, Ad, dd, g, r.states, dl, zd, nd, 1e-6f,
+                                             r.out);
+      }
+      return r;
+    };
+    const Run parts = run_gpu(false), fused = run_gpu(true);
+    for (auto [name, x, y] : {std::tuple<const char*, Tensor, Tensor>{"out", fused.out, parts.out},
+                              {"states", fused.states, parts.states}}) {
+      const std::vector<float> got = download(x), want = download(y);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name;
+    }
+
+    // The CPU (the padding row's sequence in slot 1, which nothing else uses, and left out).
+    std::vector<float> q1 = qkv, b1 = b, a1 = a, A1 = A_log, dt1 = dt, z1 = z, n1 = norm,
+                       st = states0, out(T * V);
+    Tensor zc(z1.data(), DType::f32, {T, zw});
+    cpu->gdn_recurrence_gated(Tensor(q1.data(), DType::f32, {T, C}),
+                              Tensor(b1.data(), DType::f32, {T, g.value_heads}),
+                              Tensor(a1.data(), DType::f32, {T, g.value_heads}),
+                              Tensor(A1.data(), DType::f32, {g.value_heads}),
+                              Tensor(dt1.data(), DType::f32, {g.value_heads}), g,
+                              Tensor(st.data(), DType::f32,
+                                     {slot_count, g.value_heads, g.key_dim, g.value_dim}),
+                              layout_on(false), first_columns(zc, V),
+                              Tensor(n1.data(), DType::f32, {g.value_dim}), 1e-6f,
+                              Tensor(out.data(), DType::f32, {T, V}));
+    const std::vector<float> gout = download(fused.out), gst = download(fused.states);
+    float worst = 0.0f;
+    for (int64_t t = 0; t < T; ++t) {
+      if (t == 3) continue;  // the padding row
+      for (int64_t i = 0; i < V; ++i) {
+        worst = std::max(worst, std::fabs(gout[t * V + i] - out[t * V + i]));
+      }
+    }
+    for (int64_t slot : {0, 2, 3}) {
+      for (int64_t i = slot * per_slot; i < (slot + 1) * per_slot; ++i) {
+        worst = std::max(worst, std::fabs(gst[i] - st[i]));
+      }
+    }
+    EXPECT_LT(worst, 1e-3f);
+    // Slot 1 (nobody's on the GPU) kept its bits.
+    EXPECT_EQ(std::memcmp(gst.data() + per_slot, states0.data() + per_slot,
+                          per_slot * sizeof(float)),
+              0);
   }
 }
 

@@ -251,6 +251,40 @@ __device__ __forceinline__ float rms_inverse(float ss, float n, float eps) {
   return 1.0f / sqrtf(__fadd_rn(ss / n, eps));
 }
 
+// A group of G values normalised by one warp: y = x * rsqrt(mean(x^2) + eps) * w (or * (1 + w)),
+// and for the gated form additionally * silu(z); x(i), z(i), w(i) give value i. The norm
+// kernel's and the fused kernels' arithmetic (the same bits wherever the values come from).
+// The output pass loads four values per lane before it stores any (a store may alias a later
+// load, so interleaving them would make each load wait for the one before: y may be x).
+template <bool kGated, typename X, typename Z, typename W>
+__device__ __forceinline__ void norm_group_warp(X x, Z z, W w, float eps, bool zero_centred,
+                                                int64_t G, float* y, int lane) {
+  float ss = 0.0f;
+  for (int64_t i = lane; i < G; i += 32) ss = fmaf(x(i), x(i), ss);
+  ss = warp_sum(ss);
+  const float inv = rms_inverse(ss, static_cast<float>(G), eps);
+  constexpr int kChunk = 4;
+  for (int64_t i0 = lane; i0 < G; i0 += 32 * kChunk) {
+    float xv[kChunk], wv[kChunk], zv[kChunk];
+#pragma unroll
+    for (int q = 0; q < kChunk; ++q) {
+      const int64_t i = i0 + 32 * q;
+      const bool in = i < G;
+      xv[q] = in ? x(i) : 0.0f;
+      wv[q] = in ? w(i) : 0.0f;
+      if constexpr (kGated) zv[q] = in ? z(i) : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kChunk; ++q) {
+      const int64_t i = i0 + 32 * q;
+      if (i >= G) break;
+      float v = zero_centred ? (xv[q] * inv) * (1.0f + wv[q]) : wv[q] * (xv[q] * inv);
+      if constexpr (kGated) v *= silu_f(zv[q]);
+      y[i] = v;
+    }
+  }
+}
+
 __device__ __forceinline__ void rotate_pair(float x1, float x2, float ang, float& y1, float& y2) {
   const float cs = cosf(ang), sn = sinf(ang);
   y1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));

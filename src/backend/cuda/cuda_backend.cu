@@ -303,6 +303,10 @@ bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); 
 // HIBANA_CUDA_FUSED_ROUTING=1: up to 32 tokens' routing and the grouping of their pairs by
 // expert in one launch, one fewer per MoE layer (the same bits). Off until measured.
 bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", false); }
+// HIBANA_CUDA_FUSED_GDN_NORM=1: the DeltaNet recurrence applies the gated norm to its output
+// (a CTA per value head instead of per 32 columns), one launch fewer per DeltaNet layer (the
+// same bits). Off until measured.
+bool fused_gdn_norm() { return knob_on("HIBANA_CUDA_FUSED_GDN_NORM", false); }
 
 class CudaBackend final : public Backend {
  public:
@@ -492,6 +496,20 @@ class CudaBackend final : public Backend {
                      Tensor out) override {
     Timed timed(timer_, "gated_rmsnorm");
     cuda::gated_rmsnorm(x, z, w, eps, out);
+  }
+  void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
+                            const Tensor& A_log, const Tensor& dt_bias, const GdnShape& shape,
+                            Tensor states, const BatchLayout& layout, const Tensor& z,
+                            const Tensor& norm, float eps, Tensor out) override {
+    if (fused_gdn_norm()) {
+      Timed timed(timer_, "gdn_recurrence_gated");
+      if (cuda::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm,
+                                     eps, out)) {
+        return;
+      }
+    }
+    Backend::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm, eps,
+                                  out);
   }
   void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                  Tensor ids, Tensor weights) override {

@@ -34,10 +34,7 @@ __global__ void embedding_kernel(const void* table, int64_t ldt, const float* sc
 
 // ---- norms -------------------------------------------------------------------------------
 
-// One warp per group of G values: y = x * rsqrt(mean(x^2) + eps) * w (or * (1 + w)), and for the
-// gated form additionally * silu(z). The output pass loads four values per lane before it
-// stores any (a store may alias a later load, so interleaving them would make each load wait
-// for the one before: out may be x).
+// One warp per group of G values (norm_group_warp).
 template <bool kGated>
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
                                const float* w, float eps, bool zero_centred, int64_t rows,
@@ -49,31 +46,10 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
   if (warp >= rows * groups_per_row) return;
   const int64_t r = warp / groups_per_row, c0 = (warp % groups_per_row) * G;
   const float* xr = x + r * ldx + c0;
-  float ss = 0.0f;
-  for (int64_t i = lane; i < G; i += 32) ss = fmaf(xr[i], xr[i], ss);
-  ss = warp_sum(ss);
-  const float inv = rms_inverse(ss, static_cast<float>(G), eps);
-  float* yr = out + r * ldo + c0;
-  constexpr int kChunk = 4;
-  for (int64_t i0 = lane; i0 < G; i0 += 32 * kChunk) {
-    float xv[kChunk], wv[kChunk], zv[kChunk];
-#pragma unroll
-    for (int q = 0; q < kChunk; ++q) {
-      const int64_t i = i0 + 32 * q;
-      const bool in = i < G;
-      xv[q] = in ? xr[i] : 0.0f;
-      wv[q] = in ? w[i] : 0.0f;
-      if constexpr (kGated) zv[q] = in ? z[r * ldz + c0 + i] : 0.0f;
-    }
-#pragma unroll
-    for (int q = 0; q < kChunk; ++q) {
-      const int64_t i = i0 + 32 * q;
-      if (i >= G) break;
-      float y = zero_centred ? (xv[q] * inv) * (1.0f + wv[q]) : wv[q] * (xv[q] * inv);
-      if constexpr (kGated) y *= silu_f(zv[q]);
-      yr[i] = y;
-    }
-  }
+  const float* zr = kGated ? z + r * ldz + c0 : nullptr;
+  norm_group_warp<kGated>([&](int64_t i) { return xr[i]; }, [&](int64_t i) { return zr[i]; },
+                          [&](int64_t i) { return w[i]; }, eps, zero_centred, G,
+                          out + r * ldo + c0, lane);
 }
 
 // One 256-thread CTA per group, for wide groups (whole hidden rows): the same maths with a

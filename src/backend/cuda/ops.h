@@ -71,5 +71,11 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                     const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                     const BatchLayout& layout, Tensor out);
+// gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits;
+// false (nothing done) when value_dim is above 128 or norm is not one head wide.
+bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
+                          const Tensor& A_log, const Tensor& dt_bias,
+                          const Backend::GdnShape& shape, Tensor states, const BatchLayout& layout,
+                          const Tensor& z, const Tensor& norm, float eps, Tensor out);
 
 }  // namespace hibana::cuda

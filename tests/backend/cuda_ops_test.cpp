@@ -350,6 +350,43 @@ TEST_F(CudaOps, MoeRouteAppendsTheSharedExpertLikeTheCpu) {
   }
 }
 
+// Routing where probabilities tie: ties go to the lower expert on the GPU as on the CPU, across
+// the slots a lane holds (experts 32 apart) and across lanes, with more picks than a warp has
+// lanes (k = 40), for each routing kernel (E 64, 200, 512 in registers, 600 in memory), with
+// and without renormalisation. Row 0: every logit equal; row 1: experts 5, 20 and 37 share the
+// largest logit, 6 and 38 the next; row 2: random.
+TEST_F(CudaOps, MoeRouteBreaksTiesTowardsTheLowerExpertLikeTheCpu) {
+  for (const int64_t E : {int64_t{64}, int64_t{200}, int64_t{512}, int64_t{600}}) {
+    for (const bool renormalise : {true, false}) {
+      SCOPED_TRACE(testing::Message() << E << (renormalise ? " renormalised" : ""));
+      const int64_t T = 3, k = 40;
+      std::vector<float> logits(T * E, 0.5f);
+      const std::vector<float> noise = randn(2 * E, 23);
+      for (int64_t e = 0; e < E; ++e) {
+        logits[E + e] = -1.0f - std::fabs(noise[e]);
+        logits[2 * E + e] = noise[E + e];
+      }
+      for (int64_t e : {37, 5, 20}) logits[E + e] = 3.0f;
+      for (int64_t e : {6, 38}) logits[E + e] = 2.0f;
+      std::vector<int32_t> ids(T * k), gids(T * k);
+      std::vector<float> weights(T * k);
+      cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, renormalise, Tensor{},
+                     Tensor(ids.data(), DType::i32, {T, k}),
+                     Tensor(weights.data(), DType::f32, {T, k}));
+      const std::vector<int32_t> zero_ids(T * k, 0);
+      Tensor idd = upload(zero_ids.data(), DType::i32, {T, k});
+      Tensor wd = device_f32(T, k);
+      gpu->moe_route(upload(logits.data(), DType::f32, {T, E}), k, renormalise, Tensor{}, idd, wd);
+      copy_to_host(idd, gids.data());
+      EXPECT_EQ(gids, ids);
+      EXPECT_LT(max_abs_diff(download(wd), weights), 1e-6f);
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(gids[j], j) << "equal logits pick 0 .. k-1";
+      EXPECT_EQ(std::vector<int32_t>(gids.begin() + k, gids.begin() + k + 5),
+                (std::vector<int32_t>{5, 20, 37, 6, 38}));
+    }
+  }
+}
+
 // Routing and grouping with more experts than the kernels keep per thread (E > 512: the router
 // keeps its probabilities in memory, each grouping thread owns two experts), and each expert's
 // [gate ; up] read as one stacked matrix: the same bits as gate and up apart, and the CPU's

@@ -279,7 +279,7 @@ __device__ __forceinline__ void norm_group_warp(X x, Z z, W w, float eps, bool z
       const int64_t i = i0 + 32 * q;
       if (i >= G) break;
       float v = zero_centred ? (xv[q] * inv) * (1.0f + wv[q]) : wv[q] * (xv[q] * inv);
-      if constexpr (kGated) v *= silu_f(zv[q]);
+      if constexpr (kGated) v = silu_mul_f(zv[q], v);  // (explicit roundings: see silu_mul_f)
       y[i] = v;
     }
   }

@@ -65,7 +65,7 @@ __device__ __forceinline__ void route_token(const RouteArgs& a, int64_t t, int l
     if (lane + 32 * i < E) {
       const float e = expf(l[lane + 32 * i] - mx);
       at(i) = __float_as_uint(e);
-      sum += e;
+      sum = __fadd_rn(sum, e);  // (never contracted with expf's last multiply: every kernel alike)
     } else if constexpr (kPer > 0) {
       at(i) = 0u;
     }

@@ -215,14 +215,25 @@ class Backend {
                            const ExpertWeights& experts, Tensor out) = 0;
   // moe_route, then moe_experts of x on its pairs (nothing in between: no expert parallelism),
   // ids and weights receiving the routing; experts must be the routed ones, plus the shared
-  // expert as expert E when there is a shared_gate. A GPU groups the pairs by expert in the
-  // routing's launch, with the same bits.
+  // expert as expert E when there is a shared_gate. Then, with `then`, add_rmsnorm(then->x,
+  // out, ...): the FFN's output joins the residual stream and the next layer's input norm
+  // (then->normed may be x: it is written after the experts have read x). A GPU groups the
+  // pairs by expert in the routing's launch, and combines the experts' outputs, adds and
+  // normalises in one kernel, with the same bits.
+  struct ResidualNorm {
+    Tensor x;  // the residual stream, += out
+    Tensor weight;
+    float eps;
+    bool zero_centred;
+    Tensor normed;  // rmsnorm(x) with weight
+  };
   virtual void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k,
                                  bool renormalise, const Tensor& shared_gate,
                                  const ExpertWeights& experts, Tensor ids, Tensor weights,
-                                 Tensor out) {
+                                 Tensor out, const ResidualNorm* then) {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     moe_experts(x, ids, weights, experts, out);
+    if (then) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
   }
   // Expert parallelism, in place on moe_route's output: an id in [first, first + count) becomes
   // id - first (an index into this rank's experts); any other becomes -1 with weight 0. The

@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "model/tensor_parallel.h"
@@ -122,7 +123,8 @@ void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {
   be.matmul(g.tensor, w.down, out);
 }
 
-void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out) {
+void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out,
+         const Backend::ResidualNorm* then) {
   const int64_t T = xn.shape[0], E = c.num_experts, k = c.experts_per_token;
   // With the shared expert's gate stacked under the router: one matmul, its last column the
   // gate (each output column is its own weight row's product: the same values either way).
@@ -149,47 +151,60 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   const Tensor route_gate = folded ? gate : Tensor{};
   const ExpertWeights& experts = folded ? w.with_shared : w.experts;
   const int64_t held = static_cast<int64_t>(w.experts.gate.size());
+  // The routed experts' output is the FFN's whole output unless a shared expert of its own
+  // follows (which reads xn: `then` may overwrite it).
+  const bool last = folded || w.shared.gate.empty();
   if (held == E) {
     be.moe_route_experts(xn, logits, k, c.norm_topk_prob, route_gate, experts, ids.tensor,
-                         weights.tensor, out);
+                         weights.tensor, out, last ? then : nullptr);
   } else {  // expert parallelism: the pairs of other ranks' experts are skipped here
     be.moe_route(logits, k, c.norm_topk_prob, route_gate, ids.tensor, weights.tensor);
     be.moe_keep_experts(ids.tensor, weights.tensor, w.first_expert, held);
     be.moe_experts(xn, ids.tensor, weights.tensor, experts, out);
   }
-  if (!folded && !w.shared.gate.empty()) {
+  if (!last) {
     OwnedTensor shared = scratch(be, T, c.hidden_size);
     mlp(w.shared, be, xn, shared.tensor);
     be.add_sigmoid_scaled(out, shared.tensor, gate);
   }
+  if (then && (!last || held != E)) {
+    be.add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
+  }
 }
 
 namespace {
-// One layer up to its FFN output, which it leaves in ffn_out instead of adding it to x.
-// `pending`, when given, is the previous layer's: it joins x in the same op as this layer's
-// input norm (Backend::add_rmsnorm, the bits of the add and the norm).
+// One layer. Its input norm: xn already holds it (`normed`: the previous layer's FFN output
+// joined x there), or x and the previous layer's FFN output `pending` join in it
+// (Backend::add_rmsnorm, the bits of the add and the norm), or x alone. Its FFN output goes to
+// ffn_out; with `next_norm` (the next layer's input norm weight) it also joins x and xn
+// receives the next layer's input norm (the same ops, one layer earlier: a GPU can fold them
+// into the FFN's last kernel).
 void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
                 const BatchLayout& layout, const StateViews& state, Communicator* comm,
-                const Tensor* pending, Tensor ffn_out) {
+                bool normed, const Tensor* pending, Tensor xn, const Tensor* next_norm,
+                Tensor ffn_out) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
-  OwnedTensor xn = scratch(be, T, H), y = scratch(be, T, H);
+  OwnedTensor y = scratch(be, T, H);
   if (pending) {
-    be.add_rmsnorm(x, *pending, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
-  } else {
-    be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn.tensor);
+    be.add_rmsnorm(x, *pending, w.input_norm, eps, c.zero_centred_norm, xn);
+  } else if (!normed) {
+    be.rmsnorm(x, w.input_norm, eps, c.zero_centred_norm, xn);
   }
   if (w.mixer == MixerKind::attention) {
-    attention(c, w.attn, be, xn.tensor, layout, state, w.state_index, y.tensor);
+    attention(c, w.attn, be, xn, layout, state, w.state_index, y.tensor);
   } else {
-    deltanet(c, w.gdn, be, xn.tensor, layout, state, w.state_index, y.tensor);
+    deltanet(c, w.gdn, be, xn, layout, state, w.state_index, y.tensor);
   }
   sum_over_ranks(comm, y.tensor);
-  be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn.tensor);
+  be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn);
+  std::optional<Backend::ResidualNorm> then;
+  if (next_norm) then = Backend::ResidualNorm{x, *next_norm, eps, c.zero_centred_norm, xn};
   if (w.ffn == FfnKind::moe) {
-    moe(c, w.moe, be, xn.tensor, ffn_out);
+    moe(c, w.moe, be, xn, ffn_out, then ? &*then : nullptr);
   } else {
-    mlp(w.mlp, be, xn.tensor, ffn_out);
+    mlp(w.mlp, be, xn, ffn_out);
+    if (then) be.add_rmsnorm(x, ffn_out, *next_norm, eps, c.zero_centred_norm, xn);
   }
   sum_over_ranks(comm, ffn_out);
 }
@@ -197,8 +212,8 @@ void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor
 
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
                    const BatchLayout& layout, const StateViews& state, Communicator* comm) {
-  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
-  layer_body(c, w, be, x, layout, state, comm, nullptr, y.tensor);
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]), xn = scratch(be, x.shape[0], x.shape[1]);
+  layer_body(c, w, be, x, layout, state, comm, false, nullptr, xn.tensor, nullptr, y.tensor);
   be.add(x, y.tensor);
 }
 
@@ -206,11 +221,16 @@ void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layer
                     Tensor x, const BatchLayout& layout, const StateViews& state,
                     Communicator* comm) {
   if (layers.empty()) return;
-  // One buffer serves every layer: a layer's FFN writes it after its input norm has read the
-  // previous layer's output from it (one stream, in order).
-  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]);
+  // One buffer serves every layer's FFN output, another every layer's norms: a layer writes
+  // them after the ops that read the previous layer's (one stream, in order). With ranks, an
+  // FFN output is summed over them before it joins x, in the next layer's input norm; alone, it
+  // joins x at the end of its own layer (the same ops in the same order).
+  OwnedTensor y = scratch(be, x.shape[0], x.shape[1]), xn = scratch(be, x.shape[0], x.shape[1]);
+  const bool join = comm == nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
-    layer_body(c, layers[i], be, x, layout, state, comm, i > 0 ? &y.tensor : nullptr, y.tensor);
+    const bool joined = join && i > 0, next = join && i + 1 < layers.size();
+    layer_body(c, layers[i], be, x, layout, state, comm, joined, i > 0 && !join ? &y.tensor : nullptr,
+               xn.tensor, next ? &layers[i + 1].input_norm : nullptr, y.tensor);
   }
   be.add(x, y.tensor);
 }

@@ -16,9 +16,9 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Ten
                    const BatchLayout& layout, const StateViews& state,
                    Communicator* comm = nullptr);
 
-// Every layer in order, as decoder_layer each, except that a layer's FFN output joins x in the
+// Every layer in order, as decoder_layer each, except that a layer's FFN output joins x with the
 // next layer's input norm (Backend::add_rmsnorm: one op instead of an add and a norm, the same
-// bits).
+// bits; alone, at the end of the layer, so a backend can fold it into the FFN's last kernel).
 void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layers, Backend& be,
                     Tensor x, const BatchLayout& layout, const StateViews& state,
                     Communicator* comm = nullptr);
@@ -32,6 +32,8 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out);
 // With expert parallelism `w` holds a block of the experts (MoeWeights::first_expert): the
 // (token, slot) pairs routed to the others add nothing here (another rank computes them).
-void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out);
+// With `then`, out then joins the residual stream (Backend::moe_route_experts's `then`).
+void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& xn, Tensor out,
+         const Backend::ResidualNorm* then = nullptr);
 
 }  // namespace hibana::layers

@@ -1,6 +1,6 @@
-// CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts,
-// gdn_recurrence_gated) give the bits of the ops they replace, run one by one on the same GPU,
-// and match the CPU. Skipped without a GPU.
+// CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts with and without its
+// residual norm, gdn_recurrence_gated) give the bits of the ops they replace, run one by one on
+// the same GPU, and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +135,37 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
   }
 }
 
+// `count` experts ([I, H] gate and up, [H, I] down, bf16) cut from one random pool at row
+// offsets that depend on the expert (so experts differ), on both devices: many experts for
+// little memory.
+struct PooledExperts {
+  PooledExperts(test::CudaFixture& f, int64_t count, int64_t H, int64_t I) {
+    const int64_t rows = 6 * I;  // offsets below 3I, then gate, up and down (I rows each)
+    pool.resize(rows * H);
+    const std::vector<float> pv = randn(pool.size(), 31, 0.05f);
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = f32_to_bf16(pv[i]);
+    const Tensor on_host(pool.data(), DType::bf16, {rows, H});
+    const Tensor on_dev = f.upload(pool.data(), DType::bf16, {rows, H});
+    for (int64_t e = 0; e < count; ++e) {
+      const int64_t at = (e * 7) % (3 * I);
+      for (auto [set, base] :
+           {std::pair<ExpertWeights*, Tensor>{&host, on_host}, {&dev, on_dev}}) {
+        auto cut = [&, base = base](int64_t row, int64_t n, int64_t cols) {
+          Weight w;
+          w.w = Tensor(static_cast<uint16_t*>(base.data) + row * H, DType::bf16, {n, cols},
+                       base.device);
+          return w;
+        };
+        set->gate.push_back(cut(at, I, H));
+        set->up.push_back(cut(at + I, I, H));
+        set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
+      }
+    }
+  }
+  std::vector<uint16_t> pool;
+  ExpertWeights host, dev;
+};
+
 struct RouteCase {
   int64_t E, k;
   bool shared;
@@ -154,30 +185,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
     SCOPED_TRACE(testing::Message() << c.E << " experts, top-" << c.k
                                     << (c.shared ? " and the shared one" : ""));
     const int64_t experts = c.E + (c.shared ? 1 : 0), pairs = c.k + (c.shared ? 1 : 0);
-    // Expert e's gate, up and down: three bf16 matrices cut from one random pool (bytes at
-    // offsets that depend on e, so experts differ), on both devices.
-    const int64_t pool_rows = 4 * I + H;
-    std::vector<uint16_t> pool(pool_rows * H);
-    const std::vector<float> pv = randn(pool.size(), 31, 0.05f);
-    for (size_t i = 0; i < pool.size(); ++i) pool[i] = f32_to_bf16(pv[i]);
-    const Tensor pool_dev = upload(pool.data(), DType::bf16, {pool_rows, H});
-    const Tensor pool_host(pool.data(), DType::bf16, {pool_rows, H});
-    ExpertWeights host, dev;
-    for (int64_t e = 0; e < experts; ++e) {
-      const int64_t at = (e * 7) % (3 * I);  // a row offset: gate, up and down stay in the pool
-      for (auto [set, base] : {std::pair<ExpertWeights*, Tensor>{&host, pool_host},
-                               {&dev, pool_dev}}) {
-        auto cut = [&, base = base](int64_t row, int64_t rows, int64_t cols) {
-          Weight w;
-          w.w = Tensor(static_cast<uint16_t*>(base.data) + row * H, DType::bf16, {rows, cols},
-                       base.device);
-          return w;
-        };
-        set->gate.push_back(cut(at, I, H));
-        set->up.push_back(cut(at + I, I, H));
-        set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
-      }
-    }
+    const PooledExperts pooled(*this, experts, H, I);
+    const ExpertWeights &host = pooled.host, &dev = pooled.dev;
     for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{32}, int64_t{33}}) {
       SCOPED_TRACE(testing::Message() << T << " tokens");
       std::vector<float> logits = randn(T * c.E, 32), gate = randn(T, 33), x = randn(T * H, 34);
@@ -200,7 +209,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       timed->timing_report();  // (forgets the ops before)
       {
         ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, fused.ids, fused.weights, fused.out);
+        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, fused.ids, fused.weights, fused.out,
+                                 nullptr);
       }
       const std::string ops = timed->timing_report();
       EXPECT_EQ(ops.find("moe_experts") == std::string::npos, T <= 32) << ops;
@@ -226,7 +236,7 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
           Tensor(x.data(), DType::f32, {T, H}), Tensor(logits.data(), DType::f32, {T, c.E}), c.k,
           true, c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{}, host,
           Tensor(ids_c.data(), DType::i32, {T, pairs}), Tensor(w_c.data(), DType::f32, {T, pairs}),
-          Tensor(out_c.data(), DType::f32, {T, H}));
+          Tensor(out_c.data(), DType::f32, {T, H}), nullptr);
       const std::vector<float> w_f = download(fused.weights), out_f = download(fused.out);
       float worst = 0.0f;
       for (int64_t t = 0; t < T; ++t) {
@@ -355,6 +365,84 @@ TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
     EXPECT_EQ(std::memcmp(gst.data() + per_slot, states0.data() + per_slot,
                           per_slot * sizeof(float)),
               0);
+  }
+}
+
+// The MoE combine with the residual add and the next layer's input norm in one kernel
+// (HIBANA_CUDA_FUSED_COMBINE_NORM=1, with and without the fused routing): the FFN output, the
+// residual stream and its norm with the bits of moe_route, moe_experts and add_rmsnorm, and the
+// CPU's. Rows of 2048 (the 80B's) and 7000 (past the values a thread keeps in registers) take
+// the one kernel, 512 (add_rmsnorm's two kernels) does not; 1, 5 and 40 tokens, plain and
+// zero-centred norms.
+TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  const int64_t E = 16, k = 4, I = 32;
+  for (const int64_t H : {int64_t{2048}, int64_t{7000}, int64_t{512}}) {
+    const PooledExperts pooled(*this, E, H, I);
+    for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{40}}) {
+      for (const char* knobs : {"0 0", "0 1", "1 1"}) {  // zero-centred, fused routing
+        SCOPED_TRACE(testing::Message() << H << " wide, " << T << " tokens, " << knobs);
+        const bool zc = knobs[0] == '1';
+        std::vector<float> logits = randn(T * E, 51), xn = randn(T * H, 52),
+                           resid = randn(T * H, 53), w = randn(H, 54);
+        const Tensor lg = upload(logits.data(), DType::f32, {T, E}),
+                     xd = upload(xn.data(), DType::f32, {T, H}),
+                     wd = upload(w.data(), DType::f32, {H});
+        struct Out {
+          Tensor ids, weights, out, x, normed;
+        };
+        auto run = [&](bool fused) {
+          const std::vector<int32_t> zero(T * k, 0);
+          Out o{upload(zero.data(), DType::i32, {T, k}), device_f32(T, k), device_f32(T, H),
+                upload(resid.data(), DType::f32, {T, H}), device_f32(T, H)};
+          const Backend::ResidualNorm then{o.x, wd, 1e-6f, zc, o.normed};
+          timed->timing_report();  // (forgets the ops before)
+          if (fused) {
+            ScopedEnv norm("HIBANA_CUDA_FUSED_COMBINE_NORM", "1");
+            ScopedEnv route("HIBANA_CUDA_FUSED_ROUTING", knobs[2] == '1' ? "1" : "0");
+            timed->moe_route_experts(xd, lg, k, true, Tensor{}, pooled.dev, o.ids, o.weights, o.out,
+                                     &then);
+            const std::string ops = timed->timing_report();
+            // (the narrow norm runs inside the fused op when the routing is fused, else alone)
+            const bool inside = H >= 1024 || (knobs[2] == '1' && T <= 32);
+            EXPECT_EQ(ops.find("add_rmsnorm") == std::string::npos, inside) << ops;
+          } else {
+            timed->Backend::moe_route_experts(xd, lg, k, true, Tensor{}, pooled.dev, o.ids,
+                                              o.weights, o.out, &then);
+          }
+          return o;
+        };
+        const Out parts = run(false), fused = run(true);
+        std::vector<int32_t> ids_p(T * k), ids_f(T * k);
+        copy_to_host(parts.ids, ids_p.data());
+        copy_to_host(fused.ids, ids_f.data());
+        EXPECT_EQ(ids_p, ids_f);
+        for (auto [name, a, b] : {std::tuple<const char*, Tensor, Tensor>{"weights", parts.weights,
+                                                                          fused.weights},
+                                  {"out", parts.out, fused.out},
+                                  {"x", parts.x, fused.x},
+                                  {"normed", parts.normed, fused.normed}}) {
+          const std::vector<float> va = download(a), vb = download(b);
+          EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
+        }
+
+        // The CPU's three ops.
+        std::vector<int32_t> ids_c(T * k);
+        std::vector<float> w_c(T * k), out_c(T * H), x_c = resid, n_c(T * H);
+        const Backend::ResidualNorm then_c{Tensor(x_c.data(), DType::f32, {T, H}),
+                                           Tensor(w.data(), DType::f32, {H}), 1e-6f, zc,
+                                           Tensor(n_c.data(), DType::f32, {T, H})};
+        cpu->moe_route_experts(Tensor(xn.data(), DType::f32, {T, H}),
+                               Tensor(logits.data(), DType::f32, {T, E}), k, true, Tensor{},
+                               pooled.host, Tensor(ids_c.data(), DType::i32, {T, k}),
+                               Tensor(w_c.data(), DType::f32, {T, k}),
+                               Tensor(out_c.data(), DType::f32, {T, H}), &then_c);
+        EXPECT_EQ(ids_f, ids_c);
+        EXPECT_LT(max_abs_diff(download(fused.x), x_c), 1e-4f);
+        EXPECT_LT(max_abs_diff(download(fused.normed), n_c), 1e-3f);
+      }
+    }
   }
 }
 

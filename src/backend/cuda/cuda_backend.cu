@@ -307,6 +307,10 @@ bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", false); }
 // (a CTA per value head instead of per 32 columns), one launch fewer per DeltaNet layer (the
 // same bits). Off until measured.
 bool fused_gdn_norm() { return knob_on("HIBANA_CUDA_FUSED_GDN_NORM", false); }
+// HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
+// stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
+// bits). Off until measured.
+bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
 
 class CudaBackend final : public Backend {
  public:
@@ -527,15 +531,18 @@ class CudaBackend final : public Backend {
   }
   void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                          const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
-                         Tensor weights, Tensor out) override {
-    if (fused_routing()) {
+                         Tensor weights, Tensor out, const ResidualNorm* then) override {
+    const cuda::MoeFusions f{fused_routing(), fused_combine_norm(), fused_swiglu(),
+                             grouped_prefetch()};
+    if (f.route || (then && f.norm)) {
       Timed timed(timer_, "moe_route_experts");
       if (cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights,
-                                  out, fused_swiglu(), grouped_prefetch())) {
+                                  out, then, f)) {
         return;
       }
     }
-    Backend::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out);
+    Backend::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
+                               then);
   }
   void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                       Tensor out) override {

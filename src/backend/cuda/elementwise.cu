@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/norm_impl.cuh"
 #include "backend/cuda/ops.h"
 
 namespace hibana::cuda {
@@ -52,97 +53,21 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
                           out + r * ldo + c0, lane);
 }
 
-// One 256-thread CTA per group, for wide groups (whole hidden rows): the same maths with a
-// fixed two-level reduction (each thread's values in order, warps, then the 8 warp sums in
-// order). A thread keeps its first kWideCached values in registers, with their weights (loaded
-// before the wait for the previous kernel: constants) and gates, so every load of a pass issues
-// before any store — a store may alias a later load (x is updated in place, out may be x), so
-// interleaved, each load waits for the one before (a 4096-wide add + norm took 14.2 us on the
-// H200 that way). kAdd: x += add first (the residual add before a norm, one kernel for both;
-// the same additions as the add kernel's).
-constexpr int kWideCached = 24;  // values of x per thread held in registers (rows up to 6144)
+// One 256-thread CTA per group, for wide groups (whole hidden rows): wide_norm_group
+// (norm_impl.cuh). kAdd: x += add first (the residual add before a norm, one kernel for both).
 template <bool kGated, bool kAdd = false>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kWideThreads)
     rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
                         float eps, bool zero_centred, int64_t D, int64_t G, float* out, int64_t ldo,
                         const float* add = nullptr, int64_t lda = 0) {
   float wv[kWideCached];
-#pragma unroll
-  for (int j = 0; j < kWideCached; ++j) {
-    const int64_t i = threadIdx.x + 256 * j;
-    wv[j] = i < G ? w[i] : 0.0f;
-  }
+  wide_norm_weights(w, G, wv);  // constants: before the wait
   pdl_start();
   const int64_t groups_per_row = D / G;
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
-  const float* xr = x + r * ldx + c0;
-  float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
-  const float* ar = kAdd ? add + r * lda + c0 : nullptr;
-  const float* zr = kGated ? z + r * ldz + c0 : nullptr;
-  auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
-    if constexpr (kAdd) {
-      const float s = xr[i] + ar[i];
-      xw[i] = s;
-      return s;
-    } else {
-      return xr[i];
-    }
-  };
-  __shared__ float part[8];
-  float v[kWideCached], zv[kWideCached];
-#pragma unroll
-  for (int j = 0; j < kWideCached; ++j) {
-    const int64_t i = threadIdx.x + 256 * j;
-    v[j] = i < G ? xr[i] : 0.0f;
-    if constexpr (kGated) zv[j] = i < G ? zr[i] : 0.0f;
-  }
-  if constexpr (kAdd) {
-    float a[kWideCached];
-#pragma unroll
-    for (int j = 0; j < kWideCached; ++j) {
-      const int64_t i = threadIdx.x + 256 * j;
-      a[j] = i < G ? ar[i] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kWideCached; ++j) {
-      const int64_t i = threadIdx.x + 256 * j;
-      if (i < G) {
-        v[j] = v[j] + a[j];
-        xw[i] = v[j];
-      }
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kWideCached; ++j) ss = fmaf(v[j], v[j], ss);  // (adds exact zeros past G)
-  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) {
-    const float xi = load(i);
-    ss = fmaf(xi, xi, ss);
-  }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) total += part[i];
-  const float inv = rms_inverse(total, static_cast<float>(G), eps);
-  float* yr = out + r * ldo + c0;
-  auto norm = [&](float xi, float wi) {
-    return zero_centred ? (xi * inv) * (1.0f + wi) : wi * (xi * inv);
-  };
-#pragma unroll
-  for (int j = 0; j < kWideCached; ++j) {
-    const int64_t i = threadIdx.x + 256 * j;
-    if (i >= G) continue;
-    float y = norm(v[j], wv[j]);
-    if constexpr (kGated) y *= silu_f(zv[j]);
-    yr[i] = y;
-  }
-  for (int64_t i = threadIdx.x + 256 * kWideCached; i < G; i += 256) {
-    float y = norm(xr[i], w[i]);
-    if constexpr (kGated) y *= silu_f(zr[i]);
-    yr[i] = y;
-  }
+  wide_norm_group<kGated, kAdd>(x + r * ldx + c0, kGated ? z + r * ldz + c0 : nullptr,
+                                kAdd ? add + r * lda + c0 : nullptr, w, wv, eps, zero_centred, G,
+                                out + r * ldo + c0);
 }
 
 // ---- rotary embedding ----------------------------------------------------------------------
@@ -260,9 +185,9 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
   const float* zp = z ? z->ptr<float>() : nullptr;
   const int64_t ldz = z ? ld(*z) : 0;
   if (G >= 1024) {
-    launch_pdl(rmsnorm_wide_kernel<kGated>, static_cast<unsigned>(groups), 256, 0, x.ptr<float>(),
-               ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out),
-               nullptr, int64_t{0});
+    launch_pdl(rmsnorm_wide_kernel<kGated>, static_cast<unsigned>(groups), kWideThreads, 0,
+               x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G,
+               out.ptr<float>(), ld(out), nullptr, int64_t{0});
   } else {
     launch_pdl(rmsnorm_kernel<kGated>, blocks_for(groups * 32, 256), 256, 0, x.ptr<float>(), ld(x),
                zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out));
@@ -279,19 +204,23 @@ void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
   launch_norm<true>(x, &z, w, eps, false, out, "gated_rmsnorm");
 }
 
+bool add_rmsnorm_is_wide(const Tensor& x, const Tensor& w, const Tensor& out) {
+  return w.numel() == x.shape[1] && w.numel() >= 1024 && out.data != x.data;
+}
+
 void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zero_centred,
                  Tensor out) {
   const int64_t R = x.shape[0], G = w.numel();
-  if (G != x.shape[1] || G < 1024 || out.data == x.data) {  // narrow rows: the two kernels
+  if (!add_rmsnorm_is_wide(x, w, out)) {  // narrow rows: the two kernels
     add(x, y);
     return rmsnorm(x, w, eps, zero_centred, out);
   }
   check_same_rows(x, y, "add_rmsnorm");
   check_same_rows(x, out, "add_rmsnorm");
   if (R == 0) return;
-  launch_pdl(rmsnorm_wide_kernel<false, true>, static_cast<unsigned>(R), 256, 0, x.ptr<float>(),
-             ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps, zero_centred, G, G, out.ptr<float>(),
-             ld(out), y.ptr<float>(), ld(y));
+  launch_pdl(rmsnorm_wide_kernel<false, true>, static_cast<unsigned>(R), kWideThreads, 0,
+             x.ptr<float>(), ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps, zero_centred, G, G,
+             out.ptr<float>(), ld(out), y.ptr<float>(), ld(y));
   launched("add_rmsnorm");
 }
 

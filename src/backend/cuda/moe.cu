@@ -8,6 +8,7 @@
 
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/moe_impl.h"
+#include "backend/cuda/norm_impl.cuh"
 #include "backend/cuda/ops.h"
 #include "core/device_memory.h"
 
@@ -54,18 +55,22 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
   return *static_cast<const ExpertTables*>(ex.cache.data.get());
 }
 
-// out[t] = sum_j weights[t, j] * y[t * k + j], j ascending, pairs with id -1 skipped (their y
-// row was never written).
-__global__ void moe_combine_kernel(const float* y, const float* weights, const int32_t* ids,
-                                   int64_t T, int k, int64_t H, float* out, int64_t ldo) {
-  pdl_start();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * H) return;
-  const int64_t t = i / H, c = i % H;
-  // kBatch pairs' ids, weights and outputs loaded before any is used (one round trip per
-  // batch, not one per pair); y has a row for every pair, used or not, so the loads are in
-  // bounds. The additions are in top-k order, as before.
+// The pairs' outputs y [T * k, H] and their weights and ids [T, k]: what the combine adds.
+struct Pairs {
+  const float* y;
+  const float* weights;
+  const int32_t* ids;
+  int k;
+  int64_t H;
+};
+
+// sum_j weights[t, j] * y[t * k + j][c], j ascending, pairs with id -1 skipped (their y row was
+// never written). kBatch pairs' ids, weights and outputs are loaded before any is used (one
+// round trip per batch, not one per pair); y has a row for every pair, used or not, so the
+// loads are in bounds.
+__device__ __forceinline__ float combine_at(const Pairs& p, int64_t t, int64_t c) {
   constexpr int kBatch = 8;
+  const int k = p.k;
   float acc = 0.0f;
   for (int j0 = 0; j0 < k; j0 += kBatch) {
     int32_t id[kBatch];
@@ -73,16 +78,63 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, const i
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       const int64_t j = t * k + min(j0 + q, k - 1);
-      id[q] = j0 + q < k ? ids[j] : -1;
-      wv[q] = weights[j];
-      yv[q] = y[j * H + c];
+      id[q] = j0 + q < k ? p.ids[j] : -1;
+      wv[q] = p.weights[j];
+      yv[q] = p.y[j * p.H + c];
     }
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       if (id[q] >= 0) acc = fmaf(wv[q], yv[q], acc);
     }
   }
-  out[t * ldo + c] = acc;
+  return acc;
+}
+
+// out[t] = the combine of token t's pairs.
+__global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) {
+  pdl_start();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * p.H) return;
+  const int64_t t = i / p.H, c = i % p.H;
+  out[t * ldo + c] = combine_at(p, t, c);
+}
+
+// The combine, then the residual add and the next layer's input norm (add_rmsnorm's wide
+// kernel), one CTA per token: out[t] = the combine, x[t] += out[t], normed[t] = rmsnorm(x[t]).
+// A thread computes the combine of the very elements it adds and normalises (i = thread + 256 j),
+// all of its first kWideCached before storing any, then reads them back (its own stores).
+struct ResidualArgs {
+  float* x;
+  int64_t ldx;
+  const float* w;
+  float eps;
+  bool zero_centred;
+  float* normed;
+  int64_t ldn;
+};
+__global__ void __launch_bounds__(kWideThreads)
+    combine_add_norm_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r) {
+  const int64_t H = p.H, t = blockIdx.x;
+  float wv[kWideCached];
+  wide_norm_weights(r.w, H, wv);  // constants: before the wait
+  pdl_start();
+  float* orow = out + t * ldo;
+  float cv[kWideCached];
+#pragma unroll
+  for (int j = 0; j < kWideCached; ++j) {
+    const int64_t i = threadIdx.x + kWideThreads * j;
+    cv[j] = i < H ? combine_at(p, t, i) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kWideCached; ++j) {
+    const int64_t i = threadIdx.x + kWideThreads * j;
+    if (i < H) orow[i] = cv[j];
+  }
+  for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < H; i += kWideThreads) {
+    orow[i] = combine_at(p, t, i);
+  }
+  wide_norm_group<false, true>(r.x + t * r.ldx, nullptr, orow, r.w, wv, r.eps, r.zero_centred, H,
+                               r.normed + t * r.ldn);
 }
 
 // Expert parallelism: ids in [first, first + count) become local indices, others -1 with
@@ -105,10 +157,12 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 
 namespace {
 
-// moe_experts on pairs already grouped by expert.
+// moe_experts on pairs already grouped by expert; with `then`, its add_rmsnorm after (in the
+// combine's kernel where fuse_norm and the norm is add_rmsnorm's wide kernel).
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     bool fuse_swiglu, bool prefetch_down) {
+                     const Backend::ResidualNorm* then, bool fuse_norm, bool fuse_swiglu,
+                     bool prefetch_down) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -160,10 +214,24 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // The down projection's routing was written two or more launches back (gate/up in between):
   // its decode kernel may stream its weights before it waits.
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, prefetch_down);
-  launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, y.as<float>(),
-             weights.ptr<float>(), ids.ptr<int32_t>(), T, static_cast<int>(k), H, out.ptr<float>(),
+  const Pairs pairs_out{y.as<float>(), weights.ptr<float>(), ids.ptr<int32_t>(),
+                        static_cast<int>(k), H};
+  if (then && fuse_norm && add_rmsnorm_is_wide(then->x, then->weight, then->normed)) {
+    check(then->x.shape[0] == T && then->x.shape[1] == H && then->normed.shape[0] == T &&
+              then->normed.shape[1] == H,
+          ErrorKind::internal, "moe: the residual and its norm must be [T, H]");
+    const ResidualArgs r{then->x.ptr<float>(),      ld(then->x), then->weight.ptr<float>(),
+                         then->eps,                 then->zero_centred,
+                         then->normed.ptr<float>(), ld(then->normed)};
+    launch_pdl(combine_add_norm_kernel, static_cast<unsigned>(T), kWideThreads, 0, pairs_out,
+               out.ptr<float>(), ld(out), r);
+    launched("combine_add_norm_kernel");
+    return;
+  }
+  launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, pairs_out, T, out.ptr<float>(),
              ld(out));
   launched("moe_combine_kernel");
+  if (then) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
 }
 
 void check_experts(const ExpertWeights& experts) {
@@ -180,25 +248,32 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   check_experts(experts);
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   group_by_expert(ids.ptr<int32_t>(), groups);
-  experts_grouped(x, ids, weights, experts, groups, out, fuse_swiglu, prefetch_down);
+  experts_grouped(x, ids, weights, experts, groups, out, nullptr, false, fuse_swiglu,
+                  prefetch_down);
 }
 
 bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
-                       Tensor weights, Tensor out, bool fuse_swiglu, bool prefetch_down) {
+                       Tensor weights, Tensor out, const Backend::ResidualNorm* then,
+                       const MoeFusions& f) {
   const int64_t T = x.shape[0];
   const bool shared = !shared_gate.empty();
   // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
-  if (T > kRouteGroupTokens ||
-      static_cast<int64_t>(experts.gate.size()) != logits.shape[1] + (shared ? 1 : 0)) {
-    return false;
-  }
+  const bool route = f.route && T <= kRouteGroupTokens &&
+                     static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + (shared ? 1 : 0);
+  const bool norm = then && f.norm && add_rmsnorm_is_wide(then->x, then->weight, then->normed);
+  if (!route && !norm) return false;
   if (T == 0) return true;
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
-  experts_grouped(x, ids, weights, experts, groups, out, fuse_swiglu, prefetch_down);
+  if (route) {
+    route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
+  } else {
+    moe_route(logits, k, renormalise, shared_gate, ids, weights);
+    group_by_expert(ids.ptr<int32_t>(), groups);
+  }
+  experts_grouped(x, ids, weights, experts, groups, out, then, norm, f.swiglu, f.prefetch_down);
   return true;
 }
 

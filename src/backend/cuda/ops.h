@@ -14,6 +14,9 @@ void rmsnorm(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Ten
 void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor out);
 void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zero_centred,
                  Tensor out);
+// Whether add_rmsnorm takes its one wide kernel (whole rows of at least 1024 values, out not
+// x), whose arithmetic norm_impl.cuh holds; otherwise it is the add and the norm kernels.
+bool add_rmsnorm_is_wide(const Tensor& x, const Tensor& w, const Tensor& out);
 void gather_columns(const Tensor& x, const Tensor& index, Tensor out);
 void rope(Tensor x, int64_t heads, int64_t head_dim, int64_t rot_dim, double theta,
           const BatchLayout& layout);
@@ -40,12 +43,18 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false,
                  bool prefetch_down = false);
-// moe_route then moe_experts with the routing and the grouping of its pairs by expert in one
-// launch (the same bits); false (nothing done) for more than 32 tokens, or an expert set that
-// is not the routing's experts (plus the shared one when there is a shared gate).
+// moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
+// in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
+// expert in one launch (up to 32 tokens, an expert set that is the routing's experts, plus the
+// shared one when there is a shared gate); f.norm, the combine, the add and the norm in one
+// kernel (where add_rmsnorm is one wide kernel). False (nothing done) where neither applies.
+struct MoeFusions {
+  bool route, norm, swiglu, prefetch_down;
+};
 bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
-                       Tensor weights, Tensor out, bool fuse_swiglu, bool prefetch_down);
+                       Tensor weights, Tensor out, const Backend::ResidualNorm* then,
+                       const MoeFusions& f);
 
 // sampling.cu
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,

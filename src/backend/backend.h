@@ -175,6 +175,14 @@ class Backend {
   virtual void attention(const Tensor& q, int64_t heads, const Tensor& k_pages,
                          const Tensor& v_pages, float scale, const BatchLayout& layout,
                          Tensor out) = 0;
+  // attention, then out *= sigmoid(gate) (a gated attention's output gate, gate [T, heads*hd]);
+  // a GPU applies the gate where it writes the output, with the same bits.
+  virtual void attention_gated(const Tensor& q, int64_t heads, const Tensor& k_pages,
+                               const Tensor& v_pages, float scale, const BatchLayout& layout,
+                               const Tensor& gate, Tensor out) {
+    attention(q, heads, k_pages, v_pages, scale, layout, out);
+    mul_sigmoid(out, gate);
+  }
 
   // Gated DeltaNet. conv: causal depthwise conv1d + SiLU over x [T, C] with kernel w [C, K],
   // carrying the last K-1 inputs per sequence in conv_states [slots, C, K-1].
@@ -196,9 +204,8 @@ class Backend {
   // gate); a GPU does both in one kernel, with the same bits.
   virtual void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
                                     const Tensor& A_log, const Tensor& dt_bias,
-                                    const GdnShape& shape, Tensor states,
-                                    const BatchLayout& layout, const Tensor& z,
-                                    const Tensor& norm, float eps, Tensor out) {
+                                    const GdnShape& shape, Tensor states, const BatchLayout& layout,
+                                    const Tensor& z, const Tensor& norm, float eps, Tensor out) {
     gdn_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, out);
     gated_rmsnorm(out, z, norm, eps, out);
   }
@@ -227,10 +234,9 @@ class Backend {
     bool zero_centred;
     Tensor normed;  // rmsnorm(x) with weight
   };
-  virtual void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k,
-                                 bool renormalise, const Tensor& shared_gate,
-                                 const ExpertWeights& experts, Tensor ids, Tensor weights,
-                                 Tensor out, const ResidualNorm* then) {
+  virtual void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                                 const Tensor& shared_gate, const ExpertWeights& experts,
+                                 Tensor ids, Tensor weights, Tensor out, const ResidualNorm* then) {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     moe_experts(x, ids, weights, experts, out);
     if (then) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

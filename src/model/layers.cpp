@@ -65,9 +65,12 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
                      c.zero_centred_norm},
                     kp, vp, layout);
   OwnedTensor att = scratch(be, T, nh * hd);
-  be.attention(q, nh, kp, vp, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), layout,
-               att.tensor);
-  if (c.attention_output_gate) be.mul_sigmoid(att.tensor, gate);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  if (c.attention_output_gate) {
+    be.attention_gated(q, nh, kp, vp, scale, layout, gate, att.tensor);
+  } else {
+    be.attention(q, nh, kp, vp, scale, layout, att.tensor);
+  }
   be.matmul(att.tensor, w.o, out);
 }
 
@@ -180,9 +183,8 @@ namespace {
 // receives the next layer's input norm (the same ops, one layer earlier: a GPU can fold them
 // into the FFN's last kernel).
 void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
-                const BatchLayout& layout, const StateViews& state, Communicator* comm,
-                bool normed, const Tensor* pending, Tensor xn, const Tensor* next_norm,
-                Tensor ffn_out) {
+                const BatchLayout& layout, const StateViews& state, Communicator* comm, bool normed,
+                const Tensor* pending, Tensor xn, const Tensor* next_norm, Tensor ffn_out) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
   OwnedTensor y = scratch(be, T, H);
@@ -229,8 +231,9 @@ void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layer
   const bool join = comm == nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
     const bool joined = join && i > 0, next = join && i + 1 < layers.size();
-    layer_body(c, layers[i], be, x, layout, state, comm, joined, i > 0 && !join ? &y.tensor : nullptr,
-               xn.tensor, next ? &layers[i + 1].input_norm : nullptr, y.tensor);
+    layer_body(c, layers[i], be, x, layout, state, comm, joined,
+               i > 0 && !join ? &y.tensor : nullptr, xn.tensor,
+               next ? &layers[i + 1].input_norm : nullptr, y.tensor);
   }
   be.add(x, y.tensor);
 }

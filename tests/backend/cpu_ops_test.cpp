@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/numeric.h"
+#include "support/cuda_fixture.h"
 #include "support/moe_blocks.h"
 #include "support/random.h"
 
@@ -26,6 +27,16 @@ std::vector<std::unique_ptr<Backend>> backends() {
   auto native = make_cpu_backend();
   if (native->name() != out[0]->name()) out.push_back(std::move(native));
   return out;
+}
+
+// The GPU tests' comparison helper: a NaN on one side only is the largest difference there is
+// (it used to vanish into std::max), NaN on both sides agrees.
+TEST(TestSupport, MaxAbsDiffCountsANanOnOneSide) {
+  using test::CudaFixture;
+  const float nan = std::nanf("");
+  EXPECT_EQ(CudaFixture::max_abs_diff({1.0f, nan, 3.0f}, {1.0f, 2.0f, 3.0f}), INFINITY);
+  EXPECT_EQ(CudaFixture::max_abs_diff({1.0f, 2.0f}, {1.0f, nan}), INFINITY);
+  EXPECT_EQ(CudaFixture::max_abs_diff({1.0f, nan, 3.0f}, {1.5f, nan, 3.0f}), 0.5f);
 }
 
 TEST(CpuOps, MatmulAllDtypesMatchReference) {

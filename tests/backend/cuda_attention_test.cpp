@@ -1,7 +1,8 @@
 // CUDA attention against the CPU backend: over several KV splits and more splits than the merge
 // kernel takes per round trip, at head_dims with and without a compiled variant, and the promise
 // that a token's output has the same bits whichever kernel served it (decoded alone, in a
-// prefill chunk, with fewer K/V tiles in flight, with shorter splits). Skipped without a GPU.
+// prefill chunk, with fewer K/V tiles in flight, with shorter splits), and the output gate
+// applied in the merge. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,6 +193,48 @@ TEST_F(CudaAttention, ShorterSplitsKeepDecodeAndPrefillTogether) {
   check_token_blocks(16, 2, 256);
   test::ScopedEnv odd("HIBANA_CUDA_ATTENTION_SPLIT", "48");
   EXPECT_THROW(check_one_sequence(4, 2, 64), Error);
+}
+
+// A gated attention's output gate applied by the merge kernel (HIBANA_CUDA_FUSED_ATTENTION_GATE=1):
+// the bits of attention then mul_sigmoid, for a 600-token prefill (the tiled kernel at head_dim
+// 64, the per-token one at 100) and its last token decoded alone; the gate a column range of a
+// wider buffer, as in the layers; and the ungated output (checked against the CPU) times the
+// gate computed here.
+TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
+  const int64_t T = 600;
+  for (auto [heads, kvh, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    OneSequence s(T, 64);
+    const BatchLayout host = layout_of(s, false, 0, T), dev = layout_of(s, true, 0, T);
+    const AttentionBatch b = attention_batch(heads, kvh, hd, s.pages, s.page, 5, host, dev);
+    const int64_t W = heads * hd;
+    std::vector<float> wide = randn(T * 2 * W, 9);  // [other | gate] per row
+    Tensor gate = upload(wide.data(), DType::f32, {T, 2 * W});
+    gate.data = static_cast<float*>(gate.data) + W;
+    gate.shape[1] = W;
+    for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, T}, {T - 1, 1}}) {
+      SCOPED_TRACE(testing::Message() << n << " tokens");
+      const BatchLayout l = n == T ? dev : layout_of(s, true, t0, n);
+      const Tensor q = b.qd.slice_rows(t0, t0 + n), g = gate.slice_rows(t0, t0 + n);
+      Tensor apart = device_f32(n, W), fused = device_f32(n, W);
+      gpu->Backend::attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, apart);
+      {
+        test::ScopedEnv on("HIBANA_CUDA_FUSED_ATTENTION_GATE", "1");
+        gpu->attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, fused);
+      }
+      const std::vector<float> a = download(apart), f = download(fused);
+      EXPECT_TRUE(same_bits(a, f));
+      std::vector<float> ref(b.got.begin() + t0 * W, b.got.begin() + (t0 + n) * W);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < W; ++i) {
+          const float gv = wide[(t0 + t) * 2 * W + W + i];
+          ref[t * W + i] *= 1.0f / (1.0f + std::exp(-gv));
+        }
+      }
+      EXPECT_LT(max_abs_diff(f, ref), 1e-5f);
+    }
+  }
 }
 
 // A token at position 8400 has 66 splits, more than the merge kernel loads per round trip (64):

@@ -40,11 +40,15 @@ class CudaFixture : public testing::Test {
     std::vector<float> zeros(rows * cols, 0.0f);
     return upload(zeros.data(), DType::f32, {rows, cols});
   }
+  // The largest |a[i] - b[i]|; infinity where one side is NaN and the other is not (a NaN
+  // difference would otherwise be lost to std::max).
   static float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());
     float worst = 0.0f;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-      worst = std::max(worst, std::fabs(a[i] - b[i]));
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+      if (!std::isnan(a[i])) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    }
     return worst;
   }
 

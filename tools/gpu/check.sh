@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, sanitize, bench-8b, bench-80b, prefill,
+# stages, writing logs under $OUT. Stages: build, tests, tests-knobs (the model and engine CUDA
+# tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill,
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
 # step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
@@ -44,6 +45,20 @@ stage_tests() {
     local rc=$?
     echo "$t: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
     [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$OUT/$t.log" | head -40; status=1; }
+  done
+}
+
+# The model and engine CUDA tests (goldens, graph replays, batch invariance) again with the
+# fusions that are off by default switched on (KNOBS), so a switch is known to keep every model's
+# tokens before it is measured or made the default.
+stage_tests_knobs() {
+  local knobs=${KNOBS:-HIBANA_CUDA_FUSED_ROUTING=1 HIBANA_CUDA_FUSED_GDN_NORM=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_FUSED_ATTENTION_GATE=1}
+  local f='CudaOps*:*cuda*:*Cuda*'
+  for t in model_tests engine_tests; do
+    timeout 300 env $knobs $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$OUT/${t}_knobs.log" 2>&1
+    local rc=$?
+    echo "$t with $knobs: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/${t}_knobs.log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$OUT/${t}_knobs.log" | head -40; status=1; }
   done
 }
 
@@ -313,6 +328,7 @@ for s in "$@"; do
   case $s in
     build) stage_build || exit 1 ;;
     tests) stage_tests ;;
+    tests-knobs) stage_tests_knobs ;;
     sanitize) stage_sanitize ;;
     bench-8b) bench_decode qwen3-8b bf16 240 ;;
     bench-80b) bench_decode qwen3-next-80b-a3b fp8 400 ;;

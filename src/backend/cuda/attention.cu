@@ -262,9 +262,12 @@ __global__ void attention_split_kernel(AttnParams p) {
 // l + 32, ...), so up to kChunk splits (8k positions at 128 a split) the merge is one round trip,
 // with one more for the maximum beyond that. Each split's scale expf(m - M) is computed once,
 // by the lane holding its maximum, and reaches the others by shuffle.
+// With a gate ([T, heads * hd], ldg apart: the gated attention's output gate) the output is
+// also multiplied by sigmoid(gate) (mul_sigmoid's arithmetic).
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
-                                       int split, float* out, int64_t ldo) {
+                                       int split, float* out, int64_t ldo, const float* gate,
+                                       int64_t ldg) {
   constexpr int kChunk = 64, kPer = kChunk / 32;
   pdl_start();
   const int64_t groups = (hd + 31) / 32;
@@ -276,6 +279,7 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   const int n = (pos[t] >> (__ffs(split) - 1)) + 1;  // (split: a power of two)
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
+  const float gv = gate ? gate[t * ldg + h * hd + dd] : 0.0f;  // (loaded with the partials)
   float mv[kPer], lv[kPer], ov[kChunk];
   auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
 #pragma unroll
@@ -312,7 +316,10 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
       }
     }
   }
-  if (d < hd) out[t * ldo + h * hd + d] = o * (1.0f / L);
+  if (d < hd) {
+    const float v = o * (1.0f / L);
+    out[t * ldo + h * hd + d] = gate ? mul_sigmoid_f(v, gv) : v;
+  }
 }
 
 using SplitKernel = void (*)(AttnParams);
@@ -355,8 +362,10 @@ void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
 }
 
 void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
-               float scale, const BatchLayout& layout, Tensor out) {
+               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate) {
   const int64_t kv_heads = k_pages.shape[1], page = k_pages.shape[2], hd = k_pages.shape[3];
+  check(!gate || (gate->shape[0] == out.shape[0] && gate->shape[1] == out.shape[1]),
+        ErrorKind::internal, "attention: the gate must have the output's shape");
   check(heads % kv_heads == 0, ErrorKind::internal, "attention: heads not a multiple of kv heads");
   const int64_t group = heads / kv_heads;
   check(group <= 32, ErrorKind::unsupported,
@@ -445,7 +454,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
                partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-               split, out.ptr<float>(), ld(out));
+               split, out.ptr<float>(), ld(out), gate ? gate->ptr<float>() : nullptr,
+               gate ? ld(*gate) : int64_t{0});
     launched("attention_merge_kernel");
   }
 }

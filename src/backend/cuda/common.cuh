@@ -224,6 +224,11 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 __device__ __forceinline__ float silu_f(float x) {
   return x / (1.0f + expf(-x));
 }
+// a * sigmoid(g), each step rounded on its own (as silu_mul_f): the gate kernel and the
+// attention merge that applies it give the same bits.
+__device__ __forceinline__ float mul_sigmoid_f(float a, float g) {
+  return __fmul_rn(a, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))));
+}
 // silu(g) * u, each step rounded on its own (no contraction into an fma, whatever kernel it is
 // inlined into): silu_mul and the decode matmul's fused SwiGLU give the same bits.
 __device__ __forceinline__ float silu_mul_f(float g, float u) {

@@ -311,6 +311,9 @@ bool fused_gdn_norm() { return knob_on("HIBANA_CUDA_FUSED_GDN_NORM", false); }
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
 // bits). Off until measured.
 bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
+// HIBANA_CUDA_FUSED_ATTENTION_GATE=1: the attention merge applies a gated attention's output
+// gate, one launch fewer per gated attention layer (the same bits). Off until measured.
+bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION_GATE", false); }
 
 class CudaBackend final : public Backend {
  public:
@@ -485,6 +488,15 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "attention");
     cuda::attention(q, heads, k_pages, v_pages, scale, layout, out);
   }
+  void attention_gated(const Tensor& q, int64_t heads, const Tensor& k_pages,
+                       const Tensor& v_pages, float scale, const BatchLayout& layout,
+                       const Tensor& gate, Tensor out) override {
+    if (!fused_attention_gate()) {
+      return Backend::attention_gated(q, heads, k_pages, v_pages, scale, layout, gate, out);
+    }
+    Timed timed(timer_, "attention_gated");
+    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out, &gate);
+  }
   void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
                 Tensor out) override {
     Timed timed(timer_, "gdn_conv");
@@ -532,12 +544,21 @@ class CudaBackend final : public Backend {
   void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                          const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
                          Tensor weights, Tensor out, const ResidualNorm* then) override {
-    const cuda::MoeFusions f{fused_routing(), fused_combine_norm(), fused_swiglu(),
-                             grouped_prefetch()};
-    if (f.route || (then && f.norm)) {
-      Timed timed(timer_, "moe_route_experts");
-      if (cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights,
-                                  out, then, f)) {
+    // The norm joins the combine's kernel only where add_rmsnorm would be one kernel; else it
+    // stays an op of its own after the experts.
+    const bool norm = then && fused_combine_norm() &&
+                      cuda::add_rmsnorm_is_wide(then->x, then->weight, then->normed);
+    const cuda::MoeFusions f{fused_routing(), norm, fused_swiglu(), grouped_prefetch()};
+    if (f.route || f.norm) {
+      bool done = false;
+      {
+        Timed timed(timer_, "moe_route_experts");
+        done = cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids,
+                                       weights, out, norm ? then : nullptr, f);
+      }
+      if (done) {
+        if (then && !norm) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred,
+                                       then->normed);
         return;
       }
     }

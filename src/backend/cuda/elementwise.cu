@@ -49,8 +49,8 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
   const float* xr = x + r * ldx + c0;
   const float* zr = kGated ? z + r * ldz + c0 : nullptr;
   norm_group_warp<kGated>([&](int64_t i) { return xr[i]; }, [&](int64_t i) { return zr[i]; },
-                          [&](int64_t i) { return w[i]; }, eps, zero_centred, G,
-                          out + r * ldo + c0, lane);
+                          [&](int64_t i) { return w[i]; }, eps, zero_centred, G, out + r * ldo + c0,
+                          lane);
 }
 
 // One 256-thread CTA per group, for wide groups (whole hidden rows): wide_norm_group
@@ -105,7 +105,7 @@ __global__ void binary_kernel(float* out, int64_t ldo, const float* a, int64_t l
   if constexpr (kOp == Op::add) {
     out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
   } else if constexpr (kOp == Op::mul_sigmoid) {
-    out[r * ldo + c] = a[r * lda + c] * sigmoid_f(b[r * ldb + c]);
+    out[r * ldo + c] = mul_sigmoid_f(a[r * lda + c], b[r * ldb + c]);
   } else if constexpr (kOp == Op::silu_mul) {
     out[r * ldo + c] = silu_mul_f(a[r * lda + c], b[r * ldb + c]);
   } else {

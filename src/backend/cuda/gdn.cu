@@ -12,9 +12,9 @@ namespace hibana::cuda {
 namespace {
 
 constexpr int kMaxConvWindow = 8;
-constexpr int kCols = 32;     // state columns (value dims) per CTA
-constexpr int kQuarters = 4;  // row groups per column
-constexpr int kMaxRows = 32;  // key dims per thread: key_dim <= 128
+constexpr int kCols = 32;            // state columns (value dims) per CTA
+constexpr int kQuarters = 4;         // row groups per column
+constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
 constexpr int kMaxGatedWidth = 128;  // value_dim the recurrence with its gated norm takes
 
 // One thread per (sequence, channel), walking the sequence's tokens in order.
@@ -111,8 +111,9 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
   // The gated norm of token t's output row held in osh (warp 0; z from zsh, or from memory
   // for a padding row's zeros).
   auto norm_row = [&](int64_t t, auto x, auto z) {
-    norm_group_warp<true>(x, z, [&](int64_t i) { return wsh[i]; }, p.eps, false, p.dv,
-                          p.out + t * p.ldo + h * p.dv, lane);
+    norm_group_warp<true>(
+        x, z, [&](int64_t i) { return wsh[i]; }, p.eps, false, p.dv, p.out + t * p.ldo + h * p.dv,
+        lane);
   };
   if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
     if constexpr (kNorm) {
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       if (warp == 0) {
         for (int64_t t = t_first; t < t_end; ++t) {
           const float* zr = p.z + t * p.ldz + h * p.dv;
-          norm_row(t, [](int64_t) { return 0.0f; }, [&](int64_t i) { return zr[i]; });
+          norm_row(
+              t, [](int64_t) { return 0.0f; }, [&](int64_t i) { return zr[i]; });
         }
       }
     } else if (quarter == 0 && active) {
@@ -230,7 +232,8 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
     if constexpr (kNorm) {
       __syncthreads();  // the head's output row is in osh
       if (warp == 0) {
-        norm_row(t, [&](int64_t i) { return osh[i]; }, [&](int64_t i) { return zsh[i]; });
+        norm_row(
+            t, [&](int64_t i) { return osh[i]; }, [&](int64_t i) { return zsh[i]; });
       }
     }
   }
@@ -319,10 +322,10 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                     out);
 }
 
-bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
-                          const Tensor& A_log, const Tensor& dt_bias,
-                          const Backend::GdnShape& shape, Tensor states, const BatchLayout& layout,
-                          const Tensor& z, const Tensor& norm, float eps, Tensor out) {
+bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+                          const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
+                          const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
+                          Tensor out) {
   const int64_t dv = shape.value_dim, T = layout.num_tokens;
   if (dv > kMaxGatedWidth || norm.numel() != dv) return false;
   check(z.shape[0] == T && z.shape[1] == shape.value_heads * dv && out.shape[0] == T &&

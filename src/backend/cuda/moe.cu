@@ -157,12 +157,11 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 
 namespace {
 
-// moe_experts on pairs already grouped by expert; with `then`, its add_rmsnorm after (in the
-// combine's kernel where fuse_norm and the norm is add_rmsnorm's wide kernel).
+// moe_experts on pairs already grouped by expert; with `then`, its add_rmsnorm in the combine's
+// kernel (which must be add_rmsnorm's wide kernel).
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, bool fuse_norm, bool fuse_swiglu,
-                     bool prefetch_down) {
+                     const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -216,13 +215,14 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, prefetch_down);
   const Pairs pairs_out{y.as<float>(), weights.ptr<float>(), ids.ptr<int32_t>(),
                         static_cast<int>(k), H};
-  if (then && fuse_norm && add_rmsnorm_is_wide(then->x, then->weight, then->normed)) {
-    check(then->x.shape[0] == T && then->x.shape[1] == H && then->normed.shape[0] == T &&
-              then->normed.shape[1] == H,
+  if (then) {
+    check(add_rmsnorm_is_wide(then->x, then->weight, then->normed) && then->x.shape[0] == T &&
+              then->x.shape[1] == H && then->normed.shape[0] == T && then->normed.shape[1] == H,
           ErrorKind::internal, "moe: the residual and its norm must be [T, H]");
-    const ResidualArgs r{then->x.ptr<float>(),      ld(then->x), then->weight.ptr<float>(),
-                         then->eps,                 then->zero_centred,
-                         then->normed.ptr<float>(), ld(then->normed)};
+    const ResidualArgs r{then->x.ptr<float>(),      ld(then->x),
+                         then->weight.ptr<float>(), then->eps,
+                         then->zero_centred,        then->normed.ptr<float>(),
+                         ld(then->normed)};
     launch_pdl(combine_add_norm_kernel, static_cast<unsigned>(T), kWideThreads, 0, pairs_out,
                out.ptr<float>(), ld(out), r);
     launched("combine_add_norm_kernel");
@@ -231,7 +231,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, pairs_out, T, out.ptr<float>(),
              ld(out));
   launched("moe_combine_kernel");
-  if (then) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
 }
 
 void check_experts(const ExpertWeights& experts) {
@@ -248,8 +247,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   check_experts(experts);
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   group_by_expert(ids.ptr<int32_t>(), groups);
-  experts_grouped(x, ids, weights, experts, groups, out, nullptr, false, fuse_swiglu,
-                  prefetch_down);
+  experts_grouped(x, ids, weights, experts, groups, out, nullptr, fuse_swiglu, prefetch_down);
 }
 
 bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
@@ -259,9 +257,11 @@ bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   const int64_t T = x.shape[0];
   const bool shared = !shared_gate.empty();
   // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
-  const bool route = f.route && T <= kRouteGroupTokens &&
-                     static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + (shared ? 1 : 0);
-  const bool norm = then && f.norm && add_rmsnorm_is_wide(then->x, then->weight, then->normed);
+  const bool route =
+      f.route && T <= kRouteGroupTokens &&
+      static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + (shared ? 1 : 0);
+  check(!then || f.norm, ErrorKind::internal, "moe_route_experts: a norm to follow, not fused");
+  const bool norm = then != nullptr;
   if (!route && !norm) return false;
   if (T == 0) return true;
   check_experts(experts);
@@ -273,7 +273,7 @@ bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
-  experts_grouped(x, ids, weights, experts, groups, out, then, norm, f.swiglu, f.prefetch_down);
+  experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down);
   return true;
 }
 

@@ -20,7 +20,7 @@ struct RouteArgs {
   bool renormalise;
   const float* shared_gate;  // [T] logits of the shared expert's gate (ldg apart), or null
   int64_t ldg;
-  int32_t* ids;   // rows ldo apart: k, or k + 1 with a shared expert
+  int32_t* ids;  // rows ldo apart: k, or k + 1 with a shared expert
   float* weights;
   int64_t ldo;
   unsigned* keys;  // [T, E] when the keys do not fit in registers (kPer == 0)
@@ -349,8 +349,8 @@ void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Te
         "route_and_group: tokens or pairs");
   if (a.T == 0) return;
   with_keys_per_lane(a, [&](auto per) {
-    launch_pdl(route_group_kernel<decltype(per)::value>, 1, kGroupThreads, 2 * g.E * sizeof(int32_t), a,
-               group_args(ids.ptr<int32_t>(), g));
+    launch_pdl(route_group_kernel<decltype(per)::value>, 1, kGroupThreads,
+               2 * g.E * sizeof(int32_t), a, group_args(ids.ptr<int32_t>(), g));
     launched("route_group_kernel");
   });
 }

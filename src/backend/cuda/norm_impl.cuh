@@ -35,7 +35,7 @@ __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr
                                                 float eps, bool zero_centred, int64_t G,
                                                 float* yr) {
   float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
-  auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
+  auto load = [&](int64_t i) {         // x[i], after the residual add (each i by one thread only)
     if constexpr (kAdd) {
       const float s = xr[i] + ar[i];
       xw[i] = s;

@@ -46,8 +46,9 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
 // moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
 // expert in one launch (up to 32 tokens, an expert set that is the routing's experts, plus the
-// shared one when there is a shared gate); f.norm, the combine, the add and the norm in one
-// kernel (where add_rmsnorm is one wide kernel). False (nothing done) where neither applies.
+// shared one when there is a shared gate); with `then` (f.norm must be set, and add_rmsnorm be
+// one wide kernel: add_rmsnorm_is_wide), the combine, the add and the norm in one kernel.
+// False (nothing done) where neither applies.
 struct MoeFusions {
   bool route, norm, swiglu, prefetch_down;
 };
@@ -63,8 +64,9 @@ void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
 // attention.cu
 void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
               const BatchLayout& layout);
+// With a gate: out *= sigmoid(gate) in the merge kernel (mul_sigmoid's bits).
 void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
-               float scale, const BatchLayout& layout, Tensor out);
+               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate = nullptr);
 
 // attention_prep.cu: the fused norms, rope and store_kv where the shapes allow it.
 bool attention_prep_fits(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
@@ -82,9 +84,9 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                     const BatchLayout& layout, Tensor out);
 // gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits;
 // false (nothing done) when value_dim is above 128 or norm is not one head wide.
-bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
-                          const Tensor& A_log, const Tensor& dt_bias,
-                          const Backend::GdnShape& shape, Tensor states, const BatchLayout& layout,
-                          const Tensor& z, const Tensor& norm, float eps, Tensor out);
+bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+                          const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
+                          const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
+                          Tensor out);
 
 }  // namespace hibana::cuda

@@ -517,12 +517,10 @@ class CudaBackend final : public Backend {
                             const Tensor& A_log, const Tensor& dt_bias, const GdnShape& shape,
                             Tensor states, const BatchLayout& layout, const Tensor& z,
                             const Tensor& norm, float eps, Tensor out) override {
-    if (fused_gdn_norm()) {
+    if (fused_gdn_norm() && cuda::gdn_gated_fits(shape, norm)) {
       Timed timed(timer_, "gdn_recurrence_gated");
-      if (cuda::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm,
-                                     eps, out)) {
-        return;
-      }
+      return cuda::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm,
+                                        eps, out);
     }
     Backend::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm, eps,
                                   out);
@@ -548,19 +546,19 @@ class CudaBackend final : public Backend {
     // stays an op of its own after the experts.
     const bool norm = then && fused_combine_norm() &&
                       cuda::add_rmsnorm_is_wide(then->x, then->weight, then->normed);
-    const cuda::MoeFusions f{fused_routing(), norm, fused_swiglu(), grouped_prefetch()};
-    if (f.route || f.norm) {
-      bool done = false;
+    const bool route =
+        fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
+    if (route || norm) {
       {
         Timed timed(timer_, "moe_route_experts");
-        done = cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids,
-                                       weights, out, norm ? then : nullptr, f);
+        cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
+                                norm ? then : nullptr,
+                                {route, norm, fused_swiglu(), grouped_prefetch()});
       }
-      if (done) {
-        if (then && !norm) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred,
-                                       then->normed);
-        return;
+      if (then && !norm) {
+        add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
       }
+      return;
     }
     Backend::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                then);

@@ -322,17 +322,21 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                     out);
 }
 
-bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm) {
+  return shape.value_dim <= kMaxGatedWidth && norm.numel() == shape.value_dim;
+}
+
+void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                           const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                           const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
                           Tensor out) {
   const int64_t dv = shape.value_dim, T = layout.num_tokens;
-  if (dv > kMaxGatedWidth || norm.numel() != dv) return false;
+  check(gdn_gated_fits(shape, norm), ErrorKind::internal,
+        "gdn_recurrence_gated: value_dim above 128 or a norm not one head wide");
   check(z.shape[0] == T && z.shape[1] == shape.value_heads * dv && out.shape[0] == T &&
             out.shape[1] == shape.value_heads * dv,
         ErrorKind::internal, "gdn_recurrence_gated: z and out must be [T, value heads * dv]");
   launch_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm, eps, out);
-  return true;
 }
 
 }  // namespace hibana::cuda

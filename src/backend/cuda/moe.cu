@@ -250,31 +250,32 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, fuse_swiglu, prefetch_down);
 }
 
-bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
+                      const ExpertWeights& experts) {
+  // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
+  const int64_t E = logits.shape[1] + (shared_gate.empty() ? 0 : 1);
+  return tokens <= kRouteGroupTokens && static_cast<int64_t>(experts.gate.size()) == E;
+}
+
+void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
                        Tensor weights, Tensor out, const Backend::ResidualNorm* then,
                        const MoeFusions& f) {
   const int64_t T = x.shape[0];
-  const bool shared = !shared_gate.empty();
-  // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
-  const bool route =
-      f.route && T <= kRouteGroupTokens &&
-      static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + (shared ? 1 : 0);
+  check(!f.route || route_group_fits(T, logits, shared_gate, experts), ErrorKind::internal,
+        "moe_route_experts: the routing cannot be grouped in its launch");
   check(!then || f.norm, ErrorKind::internal, "moe_route_experts: a norm to follow, not fused");
-  const bool norm = then != nullptr;
-  if (!route && !norm) return false;
-  if (T == 0) return true;
+  if (T == 0) return;
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  if (route) {
+  if (f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
   } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
   experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down);
-  return true;
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

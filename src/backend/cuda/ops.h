@@ -45,17 +45,20 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  bool prefetch_down = false);
 // moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
-// expert in one launch (up to 32 tokens, an expert set that is the routing's experts, plus the
-// shared one when there is a shared gate); with `then` (f.norm must be set, and add_rmsnorm be
-// one wide kernel: add_rmsnorm_is_wide), the combine, the add and the norm in one kernel.
-// False (nothing done) where neither applies.
+// expert in one launch (where route_group_fits); with `then` (f.norm must be set, and
+// add_rmsnorm be one wide kernel: add_rmsnorm_is_wide), the combine, the add and the norm in
+// one kernel.
 struct MoeFusions {
   bool route, norm, swiglu, prefetch_down;
 };
-bool moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
                        Tensor weights, Tensor out, const Backend::ResidualNorm* then,
                        const MoeFusions& f);
+// Whether route_and_group takes this routing: up to 32 tokens, and an expert set that is the
+// routing's experts (plus the shared one when there is a shared gate).
+bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
+                      const ExpertWeights& experts);
 
 // sampling.cu
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
@@ -82,9 +85,10 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                     const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                     const BatchLayout& layout, Tensor out);
-// gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits;
-// false (nothing done) when value_dim is above 128 or norm is not one head wide.
-bool gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+// gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits,
+// where gdn_gated_fits: value_dim up to 128 and a norm one head wide.
+bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm);
+void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                           const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                           const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
                           Tensor out);

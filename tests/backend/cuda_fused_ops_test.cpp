@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -255,26 +256,38 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
 
 struct GdnCase {
   Backend::GdnShape shape;
-  bool fused;  // whether the one kernel takes it (value_dim <= 128)
+  bool fused;            // whether the one kernel takes it (value_dim <= 128, a decode-like batch)
+  bool prefill = false;  // one sequence of 27 tokens instead of the three short ones
 };
 
 // The DeltaNet recurrence with its gated norm in one kernel (HIBANA_CUDA_FUSED_GDN_NORM=1): the
 // output and every state slot (the snapshot too) with the bits of gdn_recurrence then
 // gated_rmsnorm, and the CPU's. Three sequences: three tokens (one snapshot), a padding row
 // (slot -1: no state, the norm of zeros), two tokens; z a column range of a wider buffer. The
-// 80B's heads, a value_dim of 96 (a CTA's last columns idle), and 256 (the two kernels).
+// 80B's heads, a value_dim of 96 (a CTA's last columns idle), and 256 (the two kernels); and a
+// 27-token prefill of one sequence (more than 8 tokens a sequence: the two kernels).
 TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  const std::vector<int32_t> seq_start = {0, 3, 4, 6}, slots = {2, -1, 0},
-                             snaps = {-1, 3, -1, -1, -1, -1}, cpu_slots = {2, 1, 0},
-                             positions = {10, 11, 12, 5, 7, 8};
-  const int64_t T = 6, S = 3, slot_count = 4;
+  const int64_t slot_count = 4;
   for (const GdnCase& c : {GdnCase{{16, 32, 128, 128}, true}, GdnCase{{2, 4, 64, 96}, true},
-                           GdnCase{{1, 2, 32, 256}, false}}) {
+                           GdnCase{{1, 2, 32, 256}, false}, GdnCase{{2, 4, 64, 96}, false, true}}) {
+    std::vector<int32_t> seq_start = {0, 3, 4, 6}, slots = {2, -1, 0},
+                         snaps = {-1, 3, -1, -1, -1, -1}, cpu_slots = {2, 1, 0},
+                         positions = {10, 11, 12, 5, 7, 8};
+    if (c.prefill) {
+      seq_start = {0, 27};
+      slots = cpu_slots = {2};
+      snaps.assign(27, -1);
+      snaps[5] = 3;
+      positions.resize(27);
+      std::iota(positions.begin(), positions.end(), 0);
+    }
+    const int64_t T = static_cast<int64_t>(positions.size()),
+                  S = static_cast<int64_t>(slots.size());
     const Backend::GdnShape& g = c.shape;
-    SCOPED_TRACE(testing::Message()
-                 << g.value_heads << " heads of " << g.key_dim << " x " << g.value_dim);
+    SCOPED_TRACE(testing::Message() << g.value_heads << " heads of " << g.key_dim << " x "
+                                    << g.value_dim << (c.prefill ? ", a prefill" : ""));
     const int64_t C = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim,
                   V = g.value_heads * g.value_dim, zw = V + 8,
                   per_slot = g.value_heads * g.key_dim * g.value_dim;
@@ -347,7 +360,7 @@ TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
     const std::vector<float> gout = download(fused.out), gst = download(fused.states);
     float worst = 0.0f;
     for (int64_t t = 0; t < T; ++t) {
-      if (t == 3) continue;  // the padding row
+      if (!c.prefill && t == 3) continue;  // the padding row
       for (int64_t i = 0; i < V; ++i) {
         worst = std::max(worst, std::fabs(gout[t * V + i] - out[t * V + i]));
       }
@@ -392,9 +405,8 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
         };
         auto run = [&](bool fused) {
           const std::vector<int32_t> zero(T * pairs, 0);
-          Out o{upload(zero.data(), DType::i32, {T, pairs}), device_f32(T, pairs),
-                device_f32(T, H), upload(resid.data(), DType::f32, {T, H}),
-                upload(xn.data(), DType::f32, {T, H})};
+          Out o{upload(zero.data(), DType::i32, {T, pairs}), device_f32(T, pairs), device_f32(T, H),
+                upload(resid.data(), DType::f32, {T, H}), upload(xn.data(), DType::f32, {T, H})};
           const Backend::ResidualNorm then{o.x, wd, 1e-6f, zc, o.xn};
           timed->timing_report();  // (forgets the ops before)
           if (fused) {

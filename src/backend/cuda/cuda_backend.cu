@@ -517,7 +517,7 @@ class CudaBackend final : public Backend {
                             const Tensor& A_log, const Tensor& dt_bias, const GdnShape& shape,
                             Tensor states, const BatchLayout& layout, const Tensor& z,
                             const Tensor& norm, float eps, Tensor out) override {
-    if (fused_gdn_norm() && cuda::gdn_gated_fits(shape, norm)) {
+    if (fused_gdn_norm() && cuda::gdn_gated_fits(shape, norm, layout)) {
       Timed timed(timer_, "gdn_recurrence_gated");
       return cuda::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm,
                                         eps, out);

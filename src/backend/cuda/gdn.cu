@@ -322,8 +322,12 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                     out);
 }
 
-bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm) {
-  return shape.value_dim <= kMaxGatedWidth && norm.numel() == shape.value_dim;
+bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm, const BatchLayout& layout) {
+  // Up to 8 tokens a sequence on average (decode, speculative verification): a long prefill's
+  // tokens would each wait for warp 0's norm in the CTA's token chain, where the separate norm
+  // kernel runs over every token at once.
+  return shape.value_dim <= kMaxGatedWidth && norm.numel() == shape.value_dim &&
+         layout.num_tokens <= 8 * layout.num_seqs;
 }
 
 void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
@@ -331,8 +335,8 @@ void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, c
                           const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
                           Tensor out) {
   const int64_t dv = shape.value_dim, T = layout.num_tokens;
-  check(gdn_gated_fits(shape, norm), ErrorKind::internal,
-        "gdn_recurrence_gated: value_dim above 128 or a norm not one head wide");
+  check(gdn_gated_fits(shape, norm, layout), ErrorKind::internal,
+        "gdn_recurrence_gated: value_dim above 128, a norm not one head wide or a long prefill");
   check(z.shape[0] == T && z.shape[1] == shape.value_heads * dv && out.shape[0] == T &&
             out.shape[1] == shape.value_heads * dv,
         ErrorKind::internal, "gdn_recurrence_gated: z and out must be [T, value heads * dv]");

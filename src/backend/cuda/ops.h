@@ -86,8 +86,9 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                     const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                     const BatchLayout& layout, Tensor out);
 // gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits,
-// where gdn_gated_fits: value_dim up to 128 and a norm one head wide.
-bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm);
+// where gdn_gated_fits: value_dim up to 128, a norm one head wide, and up to 8 tokens a
+// sequence on average.
+bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm, const BatchLayout& layout);
 void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                           const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                           const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,

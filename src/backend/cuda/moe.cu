@@ -102,7 +102,11 @@ __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) 
 // The combine, then the residual add and the next layer's input norm (add_rmsnorm's wide
 // kernel), one CTA per token: out[t] = the combine, x[t] += out[t], normed[t] = rmsnorm(x[t]).
 // A thread computes the combine of the very elements it adds and normalises (i = thread + 256 j),
-// all of its first kWideCached before storing any, then reads them back (its own stores).
+// all of its first kWideCached before storing any, then reads them back (its own stores). It
+// takes its elements kGroup at a time and loads kPairs pairs' values of all of them at once:
+// one round trip per batch of pairs for the 80B's 8 elements a thread, where combine_at, an
+// element at a time, would make it two per element (16 in a row). Each element's additions are
+// combine_at's, in pair order.
 struct ResidualArgs {
   float* x;
   int64_t ldx;
@@ -112,18 +116,46 @@ struct ResidualArgs {
   float* normed;
   int64_t ldn;
 };
-__global__ void __launch_bounds__(kWideThreads)
+__global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's loads)
     combine_add_norm_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r) {
   const int64_t H = p.H, t = blockIdx.x;
   float wv[kWideCached];
   wide_norm_weights(r.w, H, wv);  // constants: before the wait
   pdl_start();
   float* orow = out + t * ldo;
+  constexpr int kGroup = 8, kPairs = 8;
+  static_assert(kWideCached % kGroup == 0, "element groups");
   float cv[kWideCached];
 #pragma unroll
-  for (int j = 0; j < kWideCached; ++j) {
-    const int64_t i = threadIdx.x + kWideThreads * j;
-    cv[j] = i < H ? combine_at(p, t, i) : 0.0f;
+  for (int g0 = 0; g0 < kWideCached; g0 += kGroup) {
+    float acc[kGroup];
+#pragma unroll
+    for (int e = 0; e < kGroup; ++e) acc[e] = 0.0f;
+    if (threadIdx.x + kWideThreads * g0 < H) {  // (a thread's later groups may be past H)
+      for (int j0 = 0; j0 < p.k; j0 += kPairs) {
+        int32_t id[kPairs];
+        float pw[kPairs], yv[kPairs][kGroup];
+#pragma unroll
+        for (int q = 0; q < kPairs; ++q) {
+          const int64_t j = t * p.k + min(j0 + q, p.k - 1);
+          id[q] = j0 + q < p.k ? p.ids[j] : -1;
+          pw[q] = p.weights[j];
+#pragma unroll
+          for (int e = 0; e < kGroup; ++e) {
+            const int64_t i = threadIdx.x + kWideThreads * (g0 + e);
+            yv[q][e] = i < H ? p.y[j * H + i] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kPairs; ++q) {
+          if (id[q] < 0) continue;
+#pragma unroll
+          for (int e = 0; e < kGroup; ++e) acc[e] = fmaf(pw[q], yv[q][e], acc[e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kGroup; ++e) cv[g0 + e] = acc[e];
   }
 #pragma unroll
   for (int j = 0; j < kWideCached; ++j) {

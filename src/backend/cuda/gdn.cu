@@ -17,14 +17,25 @@ constexpr int kQuarters = 4;         // row groups per column
 constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
 constexpr int kMaxGatedWidth = 128;  // value_dim the recurrence with its gated norm takes
 
-// One thread per (sequence, channel), walking the sequence's tokens in order.
+// One thread per (sequence, channel), walking the sequence's tokens in order. The channel's
+// taps are constants, loaded before the wait for the previous kernel; taps and window stay in
+// registers (loops over the largest window, skipping what a shorter one lacks: the same
+// additions in the same order).
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
                             const int32_t* seq_start, const int32_t* slots, const int32_t* snaps,
                             int64_t S, int64_t C, float* out, int64_t ldo) {
-  pdl_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= S * C) return;
   const int64_t s = i / C, c = i % C;
+  const int W = K - 1;
+  float wc[kMaxConvWindow], w_last = 0.0f;  // taps on the window, then on the new input
+#pragma unroll
+  for (int j = 0; j <= kMaxConvWindow; ++j) {
+    const float v = i < S * C && j < K ? w[c * K + j] : 0.0f;
+    if (j < kMaxConvWindow) wc[j] = v;
+    if (j == W) w_last = v;
+  }
+  pdl_start();
+  if (i >= S * C) return;
   // The slot and the token range together, a token's input and snapshot slot before its
   // output is stored (a store could alias them for the compiler).
   const int32_t slot = slots[s];
@@ -33,26 +44,40 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
     for (int64_t t = t_first; t < t_end; ++t) out[t * ldo + c] = 0.0f;
     return;
   }
-  const int W = K - 1;
   float* st = states + (static_cast<int64_t>(slot) * C + c) * W;
   float win[kMaxConvWindow];
-  for (int j = 0; j < W; ++j) win[j] = st[j];
-  const float* wc = w + c * K;
+#pragma unroll
+  for (int j = 0; j < kMaxConvWindow; ++j) win[j] = j < W ? st[j] : 0.0f;
   for (int64_t t = t_first; t < t_end; ++t) {
     const float xv = x[t * ldx + c];
     const int32_t snap_slot = snaps[t];
     float acc = 0.0f;
-    for (int j = 0; j < W; ++j) acc += wc[j] * win[j];
-    acc += wc[W] * xv;
+#pragma unroll
+    for (int j = 0; j < kMaxConvWindow; ++j) {
+      if (j < W) acc += wc[j] * win[j];
+    }
+    acc += w_last * xv;
     out[t * ldo + c] = silu_f(acc);
-    for (int j = 0; j + 1 < W; ++j) win[j] = win[j + 1];
-    if (W > 0) win[W - 1] = xv;
+#pragma unroll
+    for (int j = 0; j < kMaxConvWindow; ++j) {  // shift in xv (ascending: reads before writes)
+      if (j + 1 < W) {
+        win[j] = win[j + 1];
+      } else if (j + 1 == W) {
+        win[j] = xv;
+      }
+    }
     if (snap_slot >= 0) {
       float* snap = states + (static_cast<int64_t>(snap_slot) * C + c) * W;
-      for (int j = 0; j < W; ++j) snap[j] = win[j];
+#pragma unroll
+      for (int j = 0; j < kMaxConvWindow; ++j) {
+        if (j < W) snap[j] = win[j];
+      }
     }
   }
-  for (int j = 0; j < W; ++j) st[j] = win[j];
+#pragma unroll
+  for (int j = 0; j < kMaxConvWindow; ++j) {
+    if (j < W) st[j] = win[j];
+  }
 }
 
 __device__ __forceinline__ float softplus_f(float x) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -199,8 +200,10 @@ TEST_F(CudaAttention, ShorterSplitsKeepDecodeAndPrefillTogether) {
 // the bits of attention then mul_sigmoid, for a 600-token prefill (the tiled kernel at head_dim
 // 64, the per-token one at 100) and its last token decoded alone; the gate a column range of a
 // wider buffer, as in the layers; and the ungated output (checked against the CPU) times the
-// gate computed here.
+// gate computed here. A backend with its op timer on shows mul_sigmoid gone.
 TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
+  test::ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
   const int64_t T = 600;
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
@@ -218,10 +221,15 @@ TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
       const BatchLayout l = n == T ? dev : layout_of(s, true, t0, n);
       const Tensor q = b.qd.slice_rows(t0, t0 + n), g = gate.slice_rows(t0, t0 + n);
       Tensor apart = device_f32(n, W), fused = device_f32(n, W);
-      gpu->Backend::attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, apart);
+      timed->timing_report();  // (forgets the ops before)
+      timed->Backend::attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, apart);
+      EXPECT_NE(timed->timing_report().find("mul_sigmoid"), std::string::npos);
       {
         test::ScopedEnv on("HIBANA_CUDA_FUSED_ATTENTION_GATE", "1");
-        gpu->attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, fused);
+        timed->attention_gated(q, heads, b.kd, b.vd, 0.125f, l, g, fused);
+        const std::string ops = timed->timing_report();
+        EXPECT_EQ(ops.find("mul_sigmoid"), std::string::npos) << ops;
+        EXPECT_NE(ops.find("attention_gated"), std::string::npos) << ops;
       }
       const std::vector<float> a = download(apart), f = download(fused);
       EXPECT_TRUE(same_bits(a, f));

@@ -19,8 +19,8 @@ constexpr int kMaxGatedWidth = 128;  // value_dim the recurrence with its gated 
 
 // One thread per (sequence, channel), walking the sequence's tokens in order. The channel's
 // taps are constants, loaded before the wait for the previous kernel; taps and window stay in
-// registers (loops over the largest window, skipping what a shorter one lacks: the same
-// additions in the same order).
+// registers (loops over the largest window, skipping what a shorter one lacks), and the sum is
+// explicit multiply-adds in tap order (what the compiler contracted the old loop into).
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
                             const int32_t* seq_start, const int32_t* slots, const int32_t* snaps,
                             int64_t S, int64_t C, float* out, int64_t ldo) {
@@ -54,9 +54,9 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxConvWindow; ++j) {
-      if (j < W) acc += wc[j] * win[j];
+      if (j < W) acc = fmaf(wc[j], win[j], acc);
     }
-    acc += w_last * xv;
+    acc = fmaf(w_last, xv, acc);
     out[t * ldo + c] = silu_f(acc);
 #pragma unroll
     for (int j = 0; j < kMaxConvWindow; ++j) {  // shift in xv (ascending: reads before writes)

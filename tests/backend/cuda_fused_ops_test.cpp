@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -27,6 +28,22 @@ using test::ScopedEnv;
 
 class CudaFusedOps : public test::CudaFixture {
  public:
+  using Named = std::tuple<const char*, Tensor, Tensor>;
+  // Each named pair of device tensors (contiguous, one shape and dtype) holds the same bytes:
+  // the fused op's result and the separate ops'.
+  static void expect_same_bytes(std::initializer_list<Named> pairs) {
+    for (const auto& [name, a, b] : pairs) {
+      std::vector<uint8_t> x(a.nbytes()), y(b.nbytes());
+      copy_to_host(a, x.data());
+      copy_to_host(b, y.data());
+      EXPECT_TRUE(x == y) << name;
+    }
+  }
+  static std::vector<int32_t> download_ids(const Tensor& t) {
+    std::vector<int32_t> v(t.numel());
+    copy_to_host(t, v.data());
+    return v;
+  }
   // Columns [0, width) of a row-major f32 tensor: a view with the wider row pitch.
   static Tensor first_columns(const Tensor& t, int64_t width) {
     Tensor v = t;
@@ -94,13 +111,10 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
       return r;
     };
     const Run fused = run_gpu(true), parts = run_gpu(false);
-    for (auto [name, x, y] : {std::tuple<const char*, Tensor, Tensor>{"q", fused.proj, parts.proj},
-                              {"k", fused.k, parts.k},
-                              {"k pages", fused.kp, parts.kp},
-                              {"v pages", fused.vp, parts.vp}}) {
-      const std::vector<float> got = download(x), want = download(y);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name;
-    }
+    expect_same_bytes({{"q", fused.proj, parts.proj},
+                       {"k", fused.k, parts.k},
+                       {"k pages", fused.kp, parts.kp},
+                       {"v pages", fused.vp, parts.vp}});
 
     // The CPU's ops, one by one.
     std::vector<float> q = q0, k = k0, v1 = v0, kp = zero_pages, vp = zero_pages;
@@ -214,16 +228,10 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       }
       const std::string ops = timed->timing_report();
       EXPECT_EQ(ops.find("moe_experts") == std::string::npos, T <= 32) << ops;
-      std::vector<int32_t> ids_a(T * pairs), ids_f(T * pairs);
-      copy_to_host(apart.ids, ids_a.data());
-      copy_to_host(fused.ids, ids_f.data());
-      EXPECT_EQ(ids_a, ids_f);
-      for (auto [name, a, f] :
-           {std::tuple<const char*, Tensor, Tensor>{"weights", apart.weights, fused.weights},
-            {"out", apart.out, fused.out}}) {
-        const std::vector<float> va = download(a), vf = download(f);
-        EXPECT_EQ(std::memcmp(va.data(), vf.data(), va.size() * sizeof(float)), 0) << name;
-      }
+      expect_same_bytes({{"ids", apart.ids, fused.ids},
+                         {"weights", apart.weights, fused.weights},
+                         {"out", apart.out, fused.out}});
+      const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {
         for (int64_t j = 0; j < c.k; ++j) EXPECT_EQ(ids_f[nan_row * pairs + j], j);
       }
@@ -339,11 +347,7 @@ TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
       return r;
     };
     const Run parts = run_gpu(false), fused = run_gpu(true);
-    for (auto [name, x, y] : {std::tuple<const char*, Tensor, Tensor>{"out", fused.out, parts.out},
-                              {"states", fused.states, parts.states}}) {
-      const std::vector<float> got = download(x), want = download(y);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name;
-    }
+    expect_same_bytes({{"out", fused.out, parts.out}, {"states", fused.states, parts.states}});
 
     // The CPU (the padding row's sequence in slot 1, which nothing else uses, and left out).
     std::vector<float> q1 = qkv, b1 = b, a1 = a, A1 = A_log, dt1 = dt, z1 = z, n1 = norm,
@@ -423,18 +427,12 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
           return o;
         };
         const Out parts = run(false), fused = run(true);
-        std::vector<int32_t> ids_p(T * pairs), ids_f(T * pairs);
-        copy_to_host(parts.ids, ids_p.data());
-        copy_to_host(fused.ids, ids_f.data());
-        EXPECT_EQ(ids_p, ids_f);
-        for (auto [name, a, b] :
-             {std::tuple<const char*, Tensor, Tensor>{"weights", parts.weights, fused.weights},
-              {"out", parts.out, fused.out},
-              {"x", parts.x, fused.x},
-              {"normed", parts.xn, fused.xn}}) {
-          const std::vector<float> va = download(a), vb = download(b);
-          EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
-        }
+        expect_same_bytes({{"ids", parts.ids, fused.ids},
+                           {"weights", parts.weights, fused.weights},
+                           {"out", parts.out, fused.out},
+                           {"x", parts.x, fused.x},
+                           {"normed", parts.xn, fused.xn}});
+        const std::vector<int32_t> ids_f = download_ids(fused.ids);
 
         // The CPU's three ops (its norm into the experts' input too).
         std::vector<int32_t> ids_c(T * pairs);

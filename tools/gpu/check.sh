@@ -38,28 +38,30 @@ stage_build() {
   echo "build: ok"
 }
 
-stage_tests() {
-  local f='CudaOps*:*cuda*:*Cuda*'
-  for t in backend_tests model_tests engine_tests; do
-    timeout 300 $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$OUT/$t.log" 2>&1
+# The CUDA tests of the given test binaries, with the environment assignments in $1 (may be
+# empty) and $2 appended to each log's name.
+run_cuda_tests() {
+  local knobs=$1 suffix=$2 f='CudaOps*:*cuda*:*Cuda*'
+  shift 2
+  for t in "$@"; do
+    local log="$OUT/$t$suffix.log"
+    timeout 300 env $knobs $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$log" 2>&1
     local rc=$?
-    echo "$t: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
-    [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$OUT/$t.log" | head -40; status=1; }
+    echo "$t${knobs:+ with $knobs}: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$log" | head -40; status=1; }
   done
+}
+
+stage_tests() {
+  run_cuda_tests "" "" backend_tests model_tests engine_tests
 }
 
 # The model and engine CUDA tests (goldens, graph replays, batch invariance) again with the
 # fusions that are off by default switched on (KNOBS), so a switch is known to keep every model's
 # tokens before it is measured or made the default.
 stage_tests_knobs() {
-  local knobs=${KNOBS:-HIBANA_CUDA_FUSED_ROUTING=1 HIBANA_CUDA_FUSED_GDN_NORM=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_FUSED_ATTENTION_GATE=1}
-  local f='CudaOps*:*cuda*:*Cuda*'
-  for t in model_tests engine_tests; do
-    timeout 300 env $knobs $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$OUT/${t}_knobs.log" 2>&1
-    local rc=$?
-    echo "$t with $knobs: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/${t}_knobs.log" | tr '\n' ' ')"
-    [ $rc -eq 0 ] || { grep -E "Failure|FAILED|error|Expected|Which is|differ" "$OUT/${t}_knobs.log" | head -40; status=1; }
-  done
+  run_cuda_tests "${KNOBS:-HIBANA_CUDA_FUSED_ROUTING=1 HIBANA_CUDA_FUSED_GDN_NORM=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_FUSED_ATTENTION_GATE=1}" \
+    _knobs model_tests engine_tests
 }
 
 stage_sanitize() {

@@ -4,7 +4,6 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -12,6 +11,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/host_copies.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/cuda/ops.h"
 #include "core/device_memory.h"
 #include "core/log.h"
@@ -206,88 +206,6 @@ class CudaMemory final : public DeviceMemory {
   void release_pinned(void* p, size_t bytes) override { host_copies::release_pinned(p, bytes); }
   void zero(void* p, size_t bytes) override { HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
-};
-
-// With HIBANA_CUDA_TIMING=1 every op is bracketed by events and timing_report() sums the GPU
-// time per op: the breakdown behind the benchmark figures.
-class OpTimer {
- public:
-  OpTimer() {
-    const char* env = std::getenv("HIBANA_CUDA_TIMING");
-    on_ = env && *env && std::string(env) != "0";
-  }
-  bool on() const { return on_; }
-  void record(const char* op, cudaEvent_t a, cudaEvent_t b) { pending_.push_back({op, a, b}); }
-  cudaEvent_t event() {
-    if (!free_.empty()) {
-      cudaEvent_t e = free_.back();
-      free_.pop_back();
-      return e;
-    }
-    cudaEvent_t e;
-    HIBANA_CUDA(cudaEventCreate(&e));
-    return e;
-  }
-  std::string report() {
-    HIBANA_CUDA(cudaStreamSynchronize(stream()));
-    for (const Pending& p : pending_) {
-      float ms = 0;
-      HIBANA_CUDA(cudaEventElapsedTime(&ms, p.a, p.b));
-      Total& t = totals_[p.op];
-      t.ms += ms;
-      ++t.calls;
-      free_.push_back(p.a);
-      free_.push_back(p.b);
-    }
-    pending_.clear();
-    double all = 0;
-    for (const auto& [op, t] : totals_) all += t.ms;
-    std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
-    std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second.ms > y.second.ms; });
-    std::string out;
-    char line[160];
-    for (const auto& [op, t] : rows) {
-      std::snprintf(line, sizeof line, "  %-20s %10.3f ms %6.1f%% %8lld calls\n", op.c_str(), t.ms,
-                    all > 0 ? 100.0 * t.ms / all : 0.0, static_cast<long long>(t.calls));
-      out += line;
-    }
-    totals_.clear();
-    return out;
-  }
-
- private:
-  struct Pending {
-    const char* op;
-    cudaEvent_t a, b;
-  };
-  struct Total {
-    double ms = 0;
-    int64_t calls = 0;
-  };
-  bool on_ = false;
-  std::vector<Pending> pending_;
-  std::vector<cudaEvent_t> free_;
-  std::map<std::string, Total> totals_;
-};
-
-class Timed {
- public:
-  Timed(OpTimer& t, const char* op) : t_(t), op_(op) {
-    if (!t_.on()) return;
-    a_ = t_.event();
-    HIBANA_CUDA(cudaEventRecord(a_, stream()));
-  }
-  ~Timed() {
-    if (!t_.on()) return;
-    cudaEvent_t b = t_.event();
-    warn_cuda(cudaEventRecord(b, stream()), "cudaEventRecord (op timer)");
-    t_.record(op_, a_, b);
-  }
-
- private:
-  OpTimer& t_;
-  const char* op_;
-  cudaEvent_t a_{};
 };
 
 // HIBANA_CUDA_FUSED_SWIGLU: the decode matmul of a stacked [gate ; up] (dense MLPs and the
@@ -555,7 +473,7 @@ class CudaBackend final : public Backend {
         Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
-                                {route, norm, fused_swiglu(), grouped_prefetch()});
+                                {route, fused_swiglu(), grouped_prefetch()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -322,7 +322,6 @@ void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, cons
   p.ldo = ld(out);
   const dim3 heads(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv), 1);
   if (!norm.empty()) {
-    check(dv <= kMaxGatedWidth, ErrorKind::internal, "gdn: the gated form takes value_dim <= 128");
     p.z = z.ptr<float>();
     p.ldz = ld(z);
     p.norm = norm.ptr<float>();

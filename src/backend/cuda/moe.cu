@@ -64,30 +64,40 @@ struct Pairs {
   int64_t H;
 };
 
-// sum_j weights[t, j] * y[t * k + j][c], j ascending, pairs with id -1 skipped (their y row was
-// never written). kBatch pairs' ids, weights and outputs are loaded before any is used (one
-// round trip per batch, not one per pair); y has a row for every pair, used or not, so the
-// loads are in bounds.
-__device__ __forceinline__ float combine_at(const Pairs& p, int64_t t, int64_t c) {
+// acc[e] = sum_j weights[t, j] * y[t * k + j][c0 + e * stride] for the kGroup columns c0,
+// c0 + stride, ... (those at H or past give 0), j ascending, pairs with id -1 skipped (their y
+// row was never written). kBatch pairs' ids, weights and outputs of every column are loaded
+// before any is used: one round trip per batch of pairs, whatever kGroup (a column at a time,
+// a thread holding 8 of them would wait two round trips for each, one after another). y has a
+// row for every pair, used or not, so the loads are in bounds.
+template <int kGroup>
+__device__ __forceinline__ void combine_columns(const Pairs& p, int64_t t, int64_t c0,
+                                                int64_t stride, float (&acc)[kGroup]) {
   constexpr int kBatch = 8;
   const int k = p.k;
-  float acc = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kGroup; ++e) acc[e] = 0.0f;
   for (int j0 = 0; j0 < k; j0 += kBatch) {
     int32_t id[kBatch];
-    float wv[kBatch], yv[kBatch];
+    float wv[kBatch], yv[kBatch][kGroup];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       const int64_t j = t * k + min(j0 + q, k - 1);
       id[q] = j0 + q < k ? p.ids[j] : -1;
       wv[q] = p.weights[j];
-      yv[q] = p.y[j * p.H + c];
+#pragma unroll
+      for (int e = 0; e < kGroup; ++e) {
+        const int64_t c = c0 + e * stride;
+        yv[q][e] = c < p.H ? p.y[j * p.H + c] : 0.0f;
+      }
     }
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
-      if (id[q] >= 0) acc = fmaf(wv[q], yv[q], acc);
+      if (id[q] < 0) continue;
+#pragma unroll
+      for (int e = 0; e < kGroup; ++e) acc[e] = fmaf(wv[q], yv[q][e], acc[e]);
     }
   }
-  return acc;
 }
 
 // out[t] = the combine of token t's pairs.
@@ -96,17 +106,16 @@ __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * p.H) return;
   const int64_t t = i / p.H, c = i % p.H;
-  out[t * ldo + c] = combine_at(p, t, c);
+  float acc[1];
+  combine_columns(p, t, c, 0, acc);
+  out[t * ldo + c] = acc[0];
 }
 
 // The combine, then the residual add and the next layer's input norm (add_rmsnorm's wide
 // kernel), one CTA per token: out[t] = the combine, x[t] += out[t], normed[t] = rmsnorm(x[t]).
 // A thread computes the combine of the very elements it adds and normalises (i = thread + 256 j),
-// all of its first kWideCached before storing any, then reads them back (its own stores). It
-// takes its elements kGroup at a time and loads kPairs pairs' values of all of them at once:
-// one round trip per batch of pairs for the 80B's 8 elements a thread, where combine_at, an
-// element at a time, would make it two per element (16 in a row). Each element's additions are
-// combine_at's, in pair order.
+// 8 of them at a time (combine_columns) and all of its first kWideCached before storing any,
+// then reads them back (its own stores).
 struct ResidualArgs {
   float* x;
   int64_t ldx;
@@ -123,37 +132,14 @@ __global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's 
   wide_norm_weights(r.w, H, wv);  // constants: before the wait
   pdl_start();
   float* orow = out + t * ldo;
-  constexpr int kGroup = 8, kPairs = 8;
+  constexpr int kGroup = 8;
   static_assert(kWideCached % kGroup == 0, "element groups");
   float cv[kWideCached];
 #pragma unroll
   for (int g0 = 0; g0 < kWideCached; g0 += kGroup) {
-    float acc[kGroup];
-#pragma unroll
-    for (int e = 0; e < kGroup; ++e) acc[e] = 0.0f;
-    if (threadIdx.x + kWideThreads * g0 < H) {  // (a thread's later groups may be past H)
-      for (int j0 = 0; j0 < p.k; j0 += kPairs) {
-        int32_t id[kPairs];
-        float pw[kPairs], yv[kPairs][kGroup];
-#pragma unroll
-        for (int q = 0; q < kPairs; ++q) {
-          const int64_t j = t * p.k + min(j0 + q, p.k - 1);
-          id[q] = j0 + q < p.k ? p.ids[j] : -1;
-          pw[q] = p.weights[j];
-#pragma unroll
-          for (int e = 0; e < kGroup; ++e) {
-            const int64_t i = threadIdx.x + kWideThreads * (g0 + e);
-            yv[q][e] = i < H ? p.y[j * H + i] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < kPairs; ++q) {
-          if (id[q] < 0) continue;
-#pragma unroll
-          for (int e = 0; e < kGroup; ++e) acc[e] = fmaf(pw[q], yv[q][e], acc[e]);
-        }
-      }
-    }
+    float acc[kGroup] = {};
+    const int64_t c0 = threadIdx.x + kWideThreads * g0;
+    if (c0 < H) combine_columns(p, t, c0, kWideThreads, acc);  // (later groups may be past H)
 #pragma unroll
     for (int e = 0; e < kGroup; ++e) cv[g0 + e] = acc[e];
   }
@@ -163,7 +149,9 @@ __global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's 
     if (i < H) orow[i] = cv[j];
   }
   for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < H; i += kWideThreads) {
-    orow[i] = combine_at(p, t, i);
+    float acc[1];
+    combine_columns(p, t, i, 0, acc);
+    orow[i] = acc[0];
   }
   wide_norm_group<false, true>(r.x + t * r.ldx, nullptr, orow, r.w, wv, r.eps, r.zero_centred, H,
                                r.normed + t * r.ldn);
@@ -296,7 +284,6 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   const int64_t T = x.shape[0];
   check(!f.route || route_group_fits(T, logits, shared_gate, experts), ErrorKind::internal,
         "moe_route_experts: the routing cannot be grouped in its launch");
-  check(!then || f.norm, ErrorKind::internal, "moe_route_experts: a norm to follow, not fused");
   if (T == 0) return;
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");

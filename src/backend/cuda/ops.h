@@ -45,11 +45,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  bool prefetch_down = false);
 // moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
-// expert in one launch (where route_group_fits); with `then` (f.norm must be set, and
-// add_rmsnorm be one wide kernel: add_rmsnorm_is_wide), the combine, the add and the norm in
-// one kernel.
+// expert in one launch (where route_group_fits); with `then` (where add_rmsnorm is one wide
+// kernel: add_rmsnorm_is_wide), the combine, the add and the norm in one kernel.
 struct MoeFusions {
-  bool route, norm, swiglu, prefetch_down;
+  bool route, swiglu, prefetch_down;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

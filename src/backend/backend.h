@@ -201,7 +201,8 @@ class Backend {
   virtual void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                              Tensor out) = 0;
   // gdn_recurrence into out, then gated_rmsnorm(out, z, norm, eps, out) (the layer's output
-  // gate); a GPU does both in one kernel, with the same bits.
+  // gate); a GPU does both in one kernel, with the same bits. z must not alias out (the fused
+  // kernel writes a token's output before it reads the next token's z).
   virtual void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
                                     const Tensor& A_log, const Tensor& dt_bias,
                                     const GdnShape& shape, Tensor states, const BatchLayout& layout,

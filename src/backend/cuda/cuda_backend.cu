@@ -461,10 +461,8 @@ class CudaBackend final : public Backend {
                          const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
                          Tensor weights, Tensor out, const ResidualNorm* then) override {
     // The norm joins the combine's kernel only where add_rmsnorm would be one kernel, and for a
-    // decode batch (the fused kernel holds a token's combine in registers: one CTA per SM, which
-    // a long prefill's thousands of CTAs would feel); else it stays an op of its own after the
-    // experts.
-    const bool norm = then && fused_combine_norm() && x.shape[0] <= 64 &&
+    // decode batch (kCombineNormTokens); else it stays an op of its own after the experts.
+    const bool norm = then && fused_combine_norm() && x.shape[0] <= cuda::kCombineNormTokens &&
                       cuda::add_rmsnorm_is_wide(then->x, then->weight, then->normed);
     const bool route =
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);

@@ -47,6 +47,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
 // expert in one launch (where route_group_fits); with `then` (where add_rmsnorm is one wide
 // kernel: add_rmsnorm_is_wide), the combine, the add and the norm in one kernel.
+// The combine takes the norm for at most kCombineNormTokens tokens (a decode batch: its kernel
+// holds a token's combine in registers, 167 a thread, one CTA per SM, which a long prefill's
+// thousands of CTAs would feel).
+constexpr int64_t kCombineNormTokens = 64;
 struct MoeFusions {
   bool route, swiglu, prefetch_down;
 };

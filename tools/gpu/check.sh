@@ -7,7 +7,7 @@
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
-# shapes, e.g. VARIANTS="base f16a bits noconv"), kernel (Nsight Compute's
+# shapes, e.g. VARIANTS="base f16a bits noconv e4m3"), kernel (Nsight Compute's
 # full sections for one kernel of the decode step: KERNEL, SKIP), source (the decode matmul's
 # time by region and opcode on SHAPES, tools/gpu/ncu_source.py), sweep (a benchmark knob swept
 # on the decode shapes: KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES

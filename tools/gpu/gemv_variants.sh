@@ -26,6 +26,12 @@ NOCONV='s/(fp8x2_to_bf16x2\(uint32_t two\) \{)/$1\n  return two;/;'
 # Or the bytes placed into bf16 fields by bit operations (one byte permute, mask, shift, or:
 # the value times 2^-120, which a real kernel would fold into the block scale).
 BITS='s/(fp8x2_to_bf16x2\(uint32_t two\) \{)/$1\n  { const uint32_t q = __byte_perm(two, 0, 0x1404); return (q \& 0x80008000u) | ((q \& 0x7f007f00u) >> 4); }/;'
+# Or fp8 tensor cores (mma m16n8k32 e4m3, sm_89+): the weight bytes as they are, half as many
+# mma per chunk, the activations' words passed as if they were e4m3 terms — the speed a
+# native-fp8 path (activation terms in e4m3) would reach, its numerics aside.
+E4M3_MMA='s/m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/m16n8k32.row.col.f32.e4m3.e4m3.f32/;'
+E4M3_FRAG='s/a\[0\] = fp8x2_to_bf16x2\(wa\[j\] & 0xffffu\);\n\s*a\[1\] = fp8x2_to_bf16x2\(wb\[j\] & 0xffffu\);\n\s*a\[2\] = fp8x2_to_bf16x2\(wa\[j\] >> 16\);\n\s*a\[3\] = fp8x2_to_bf16x2\(wb\[j\] >> 16\);/a[0] = wa[2 * j]; a[1] = wb[2 * j]; a[2] = wa[2 * j + 1]; a[3] = wb[2 * j + 1];/;'
+E4M3_LOOP='s/for \(int j = 0; j < MMAS; \+\+j\) \{\n(\s*)uint32_t a\[4\];/for (int j = 0; j < MMAS \/ 2; ++j) {\n$1uint32_t a[4];/;'
 NOHINT='s/cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;/cp.async.cg.shared.global [%0], [%1], 16, %2;/g;'
 
 edits() {  # variant -> "kernel-edits@@common-edits@@mma-common-edits"
@@ -45,6 +51,7 @@ edits() {  # variant -> "kernel-edits@@common-edits@@mma-common-edits"
     f16a) echo "@@@@$F16A_MMA $F16A_CVT" ;;   # fp8: f16 A fragments (see above)
     noconv) echo "@@@@$NOCONV" ;;          # fp8: no conversion of the weights
     bits) echo "@@@@$BITS" ;;              # fp8: conversion by bit operations (see above)
+    e4m3) echo "$E4M3_LOOP@@@@$E4M3_MMA $E4M3_FRAG" ;;  # fp8: fp8 tensor cores (see above)
     *) return 1 ;;
   esac
 }

@@ -381,9 +381,9 @@ class CudaBackend final : public Backend {
     cuda::silu_mul(gate, up, out);
   }
   void matmul_swiglu(const Tensor& x, const Weight& gate_up, Tensor out) override {
-    if (fused_swiglu()) {
+    if (fused_swiglu() && cuda::matmul_swiglu_fits(x, gate_up, out)) {
       Timed timed(timer_, "matmul_swiglu");
-      if (cuda::matmul_swiglu(x, gate_up, out)) return;
+      return cuda::matmul_swiglu(x, gate_up, out);
     }
     Backend::matmul_swiglu(x, gate_up, out);
   }

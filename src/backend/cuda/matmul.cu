@@ -412,7 +412,11 @@ void matmul(const Tensor& x, const Weight& w, Tensor out) {
   mm::run(plain_params(x, w, out), elt_of(w.w.dtype), false, m, 1);
 }
 
-bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
+bool matmul_swiglu_fits(const Tensor& x, const Weight& w, const Tensor& out) {
+  return mm::swiglu_fits(plain_params(x, w, out), elt_of(w.w.dtype), x.shape[0]);
+}
+
+void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0], I = w.rows() / 2;
   check(w.rows() % 2 == 0 && w.cols() == x.shape[1], ErrorKind::internal,
         "matmul_swiglu: x is " + x.shape_string() + " but the weight is " + w.w.shape_string());
@@ -420,11 +424,11 @@ bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
         "matmul_swiglu: output is " + out.shape_string());
   mm::Params p = plain_params(x, w, out);
   const Elt elt = elt_of(w.w.dtype);
-  if (!mm::swiglu_fits(p, elt, m)) return false;
-  if (m == 0) return true;
+  check(mm::swiglu_fits(p, elt, m), ErrorKind::internal,
+        "matmul_swiglu: the decode kernel cannot take this product");
+  if (m == 0) return;
   p.pair = I;
   mm::run(p, elt, false, m, 1);  // (the split is the unfused product's: N = 2I)
-  return true;
 }
 
 }  // namespace hibana::cuda

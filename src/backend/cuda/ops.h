@@ -32,9 +32,10 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& 
 // matmul.cu
 void matmul(const Tensor& x, const Weight& w, Tensor out);
 // out = silu(x · gateᵀ) * (x · upᵀ) for w = [gate ; up], in one decode-kernel launch with the
-// bits of matmul then silu_mul; false (nothing done) where that kernel cannot take it (more
-// than 8 rows, weights without 16-byte rows).
-bool matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
+// bits of matmul then silu_mul, where matmul_swiglu_fits (at most 8 rows, weights with 16-byte
+// rows); the caller checks first, so an op report names only what ran.
+bool matmul_swiglu_fits(const Tensor& x, const Weight& w, const Tensor& out);
+void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // fuse_swiglu: where every expert's group fits the decode kernel and gate and up are stacked,
 // that launch also computes silu(gate) * up (matmul_swiglu's way). prefetch_down: the down

@@ -3,7 +3,8 @@
 # stages, writing logs under $OUT. Stages: build, tests, tests-knobs (the model and engine CUDA
 # tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill,
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
-# step), matmul (one product per decode shape), floor (tools/gpu/launch_floor.cu: per-kernel
+# step), matmul (one product per decode shape), chain (tools/gpu/op_chain.cu: a chain of
+# dependent products as a graph of kernels or one persistent kernel), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
@@ -177,6 +178,14 @@ stage_stream() {
     timeout 120 $B/weight_stream 2>&1 | tee "$OUT/weight_stream.log"
 }
 
+# Whether a persistent decode kernel would pay (tools/gpu/op_chain.cu): a chain of 36 80B-layer
+# products as one graph of kernels against one cooperative kernel walking them, products only
+# and with one-CTA ops between them.
+stage_chain() {
+  mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -o $B/op_chain tools/gpu/op_chain.cu || return 1
+  { timeout 120 $B/op_chain && SMALL=1 timeout 120 $B/op_chain; } 2>&1 | tee "$OUT/op_chain.log"
+}
+
 # The decode matmul alone beside the bare weight stream, over edited copies of the kernel
 # (tools/gpu/gemv_variants.sh; VARIANTS picks them).
 stage_alone() {
@@ -342,6 +351,7 @@ for s in "$@"; do
     floor) stage_floor ;;
     stream) stage_stream ;;
     alone) stage_alone ;;
+    chain) stage_chain ;;
     kernel) stage_kernel ;;
     source) stage_source ;;
     sweep) stage_sweep ;;

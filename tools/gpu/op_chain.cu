@@ -1,0 +1,429 @@
+// Does a persistent decode kernel pay on this GPU? The 80B's decode step at batch 1 is a chain
+// of ~640 small dependent kernels (docs/benchmarks.md): each product streams 2-25 MB, so what
+// a kernel costs beyond its bytes (launch, ramp-up, the wait for the previous kernel, the tail)
+// is most of the step. This tool times one chain of dependent matrix-vector products with the
+// 80B DeltaNet layer's byte sizes, 36 layers of distinct weights, two ways over the same device
+// function:
+//
+//   graph       one kernel per op, captured in a CUDA graph, programmatic dependent launch
+//               (each CTA loads its weights before griddepcontrol.wait, and releases the next
+//               kernel at its end: our kernels' way);
+//   graph-early the same, each CTA releasing the next kernel as soon as its loads are issued
+//               (so the next op's CTAs can start their loads while this op computes);
+//   persistent  one cooperative kernel whose CTAs walk the ops in order: a CTA loads its tile of
+//               op i's weights, then waits on op i-1's completion counter (acquire), reads its
+//               input vector, computes, stores, and counts its tile (release). A CTA with no
+//               tile in op i goes on to op i+1's weights at once: the weight stream need not
+//               stop at a dependency;
+//   persistent-late  the same, but each CTA waits before it loads its weights (what the
+//               prefetch is worth);
+//
+// beside a bare read of every weight byte (the stream a step cannot beat) and the copy
+// bandwidth. SMALL=1 puts two one-CTA ops in each layer (a norm after the mixer and after the
+// experts: the step's add+norm, routing, combine kernels). Both ways run the same arithmetic in
+// the same order, so their outputs must be identical: before each way's first run every
+// output is set to NaN, and after it every output is compared with the graph's.
+//
+// Weights are bf16 with the byte size of the 80B's fp8 matrices (a row of K fp8 bytes is K/2
+// bf16 values): the question is the chain's overhead, not fp8's conversion
+// (tools/gpu/gemv_variants.sh prices that). Not part of the build:
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o op_chain tools/gpu/op_chain.cu && ./op_chain
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_timing.cuh"
+
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kWarpBytes = 4096;               // weight bytes per warp and tile
+constexpr int kLaneChunks = kWarpBytes / 512;  // 16-byte loads per lane, all in flight at once
+constexpr int kMaxK = 2048;                    // input elements (bf16 columns) of any op
+
+struct Op {
+  const uint4* w;  // [n][k] bf16, rows contiguous
+  int n, k;        // rows; columns (bf16 elements); k * 2 divides kWarpBytes or is a multiple
+  int rows_per_warp;
+  int tiles;       // ceil(n / (kWarps * rows_per_warp)); 1 for a norm
+  bool norm;       // a one-CTA op: out = x / rms(x) over n = k values
+  const float* x;  // input vector (the previous op's output)
+  float* out;      // [n]
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "op_chain needs sm_90 (programmatic dependent launch)"
+#endif
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Completion counters 128 bytes apart (pollers of one op's counter do not share its line with
+// the next op's adds).
+constexpr int kCounterStride = 32;
+
+// The lane's weights of a tile: its 16-byte chunks j of the warp's kWarpBytes (rows_per_warp
+// contiguous rows), all loads issued before any is used.
+__device__ __forceinline__ void load_tile(const Op& op, int tile, uint4 (&w)[kLaneChunks]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = (static_cast<int64_t>(tile) * kWarps + warp) * op.rows_per_warp;
+  const int64_t row_bytes = static_cast<int64_t>(op.k) * 2;
+  const char* base = reinterpret_cast<const char*>(op.w) + row0 * row_bytes;
+#pragma unroll
+  for (int j = 0; j < kLaneChunks; ++j) {
+    const int off = (j * 32 + lane) * 16;
+    const int64_t row = row0 + off / row_bytes;
+    w[j] = row < op.n ? __ldcs(reinterpret_cast<const uint4*>(base + off)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The input vector into shared memory (from L2: another CTA wrote it).
+__device__ __forceinline__ void load_x(const Op& op, float* xs) {
+  for (int i = threadIdx.x; i < op.k; i += kThreads) xs[i] = __ldcg(op.x + i);
+  __syncthreads();
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  return v;
+}
+
+// The tile's outputs from the lane's weights and xs: each row's sum in a fixed order (per lane,
+// chunks in order; then the warp's butterfly), whichever way the chain runs.
+__device__ __forceinline__ void compute_tile(const Op& op, int tile, const uint4 (&w)[kLaneChunks],
+                                             const float* xs) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = (static_cast<int64_t>(tile) * kWarps + warp) * op.rows_per_warp;
+  const int row_bytes = op.k * 2;
+  float acc[8] = {};
+#pragma unroll
+  for (int j = 0; j < kLaneChunks; ++j) {
+    const int off = (j * 32 + lane) * 16;
+    const int r = off / row_bytes, k0 = (off % row_bytes) / 2;
+    const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w[j]);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(v[e]);
+      s = fmaf(f.x, xs[k0 + 2 * e], s);
+      s = fmaf(f.y, xs[k0 + 2 * e + 1], s);
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      if (q == r) acc[q] += s;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    if (r >= op.rows_per_warp) break;  // (the same for the whole warp)
+    const float sum = warp_sum(acc[r]);
+    const int64_t row = row0 + r;
+    if (lane == 0 && row < op.n) op.out[row] = sum;
+  }
+}
+
+// A one-CTA op: out = x / sqrt(mean(x^2) + 1e-6), in a fixed order.
+__device__ __forceinline__ void norm_op(const Op& op, const float* xs) {
+  __shared__ float part[kWarps];
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < op.k; i += kThreads) ss = fmaf(xs[i], xs[i], ss);
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < kWarps; ++i) total += part[i];
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(op.k) + 1e-6f);
+  for (int i = threadIdx.x; i < op.k; i += kThreads) op.out[i] = xs[i] * inv;
+}
+
+// One op per launch (the graph way); early: the next kernel is released once the loads are
+// issued, not at the end.
+__global__ void __launch_bounds__(kThreads) op_kernel(Op op, bool early) {
+  __shared__ float xs[kMaxK];
+  uint4 w[kLaneChunks];
+  if (!op.norm) load_tile(op, blockIdx.x, w);  // weights are constants: before the wait
+  if (early) pdl_trigger();
+  pdl_wait();
+  load_x(op, xs);
+  if (op.norm) {
+    norm_op(op, xs);
+  } else {
+    compute_tile(op, blockIdx.x, w, xs);
+  }
+  pdl_trigger();
+}
+
+// All ops in one cooperative launch. done[i] counts op i's finished tiles, cumulatively over
+// runs: run `epoch` (1, 2, ...) waits for done[i - 1] >= epoch * tiles(i - 1).
+__global__ void __launch_bounds__(kThreads)
+    chain_kernel(const Op* ops, int n_ops, unsigned* done, unsigned epoch, bool late) {
+  __shared__ float xs[kMaxK];
+  for (int i = 0; i < n_ops; ++i) {
+    const Op op = ops[i];
+    for (int tile = blockIdx.x; tile < op.tiles; tile += gridDim.x) {
+      uint4 w[kLaneChunks];
+      if (!op.norm && !late) load_tile(op, tile, w);
+      if (i > 0 && threadIdx.x == 0) {
+        const unsigned want = epoch * static_cast<unsigned>(ops[i - 1].tiles);
+        unsigned got;
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                       : "=r"(got)
+                       : "l"(done + (i - 1) * kCounterStride)
+                       : "memory");
+        } while (got < want);
+      }
+      __syncthreads();
+      if (!op.norm && late) load_tile(op, tile, w);
+      load_x(op, xs);
+      if (op.norm) {
+        norm_op(op, xs);
+      } else {
+        compute_tile(op, tile, w, xs);
+      }
+      __syncthreads();  // every store of the tile before the count
+      if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + i * kCounterStride)
+                     : "memory");
+      }
+    }
+  }
+}
+
+__global__ void fill_bf16(__nv_bfloat16* w, size_t n, float amp, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    w[i] = __float2bfloat16(amp * (static_cast<float>(h & 0xffff) / 32768.0f - 1.0f));
+  }
+}
+
+// Every weight byte once, four 16-byte loads in flight per thread.
+__global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = __ldcs(p + i + u * step);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += step) acc ^= __ldcs(p + i).x;
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+void launch_op(const Op& op, bool early, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(op.tiles);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, early));
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const bool small = std::getenv("SMALL") && std::strcmp(std::getenv("SMALL"), "1") == 0;
+  // (36 layers: 2.5 GB of weights, far past the 50 MB L2; a few layers would fit in it.)
+  const int layers = std::max(1, std::getenv("LAYERS") ? std::atoi(std::getenv("LAYERS")) : 36);
+
+  // One 80B DeltaNet layer at batch 1 in fp8 bytes per row (K) and rows (N): the in-projection,
+  // the mixer's out-projection, the router (bf16: 4096 bytes a row), the 11 experts' stacked
+  // gate/up (10 routed + the shared one), their down projections. bf16 columns = bytes / 2.
+  struct Shape {
+    int n, k_bytes;
+    bool norm_after;
+  };
+  const Shape layer[] = {{12352, 2048, false},
+                         {2048, 4096, true},
+                         {512, 4096, false},
+                         {11264, 2048, false},
+                         {22528, 512, true}};
+  std::vector<Op> ops;
+  size_t total_bytes = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (const Shape& sh : layer) {
+      Op op = {};
+      op.n = sh.n;
+      op.k = sh.k_bytes / 2;
+      op.rows_per_warp = kWarpBytes / sh.k_bytes;
+      op.tiles = (op.n + kWarps * op.rows_per_warp - 1) / (kWarps * op.rows_per_warp);
+      ops.push_back(op);
+      total_bytes += static_cast<size_t>(op.n) * sh.k_bytes;
+      if (small && sh.norm_after) {
+        Op norm = {};
+        norm.norm = true;
+        norm.tiles = 1;
+        ops.push_back(norm);
+      }
+    }
+  }
+  // Weights in one allocation (the bare read covers exactly them), 16-byte aligned per op.
+  char* wbuf;
+  CHECK(cudaMalloc(&wbuf, total_bytes));
+  size_t at = 0;
+  for (Op& op : ops) {
+    if (op.norm) continue;
+    op.w = reinterpret_cast<const uint4*>(wbuf + at);
+    const size_t elems = static_cast<size_t>(op.n) * op.k;
+    fill_bf16<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(wbuf + at), elems,
+                                   std::sqrt(3.0f / static_cast<float>(op.k)),
+                                   static_cast<uint32_t>(at));
+    at += elems * 2;
+  }
+  // Activations: op i reads the first k values of the latest output that has k (the experts
+  // read the hidden state, not the router's 512 logits): done after op i - 1 implies done
+  // after every op before it, in both ways. A norm keeps the width of the output before it.
+  // One output buffer per op.
+  std::vector<float*> outs(ops.size());
+  float* x0;
+  CHECK(cudaMalloc(&x0, kMaxK * 4));
+  std::vector<float> ones(kMaxK, 1.0f);
+  CHECK(cudaMemcpy(x0, ones.data(), kMaxK * 4, cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op& op = ops[i];
+    if (op.norm) op.n = op.k = i == 0 ? kMaxK : std::min(ops[i - 1].n, kMaxK);
+    const size_t len = static_cast<size_t>(std::max(op.n, kMaxK));
+    CHECK(cudaMalloc(&outs[i], len * 4));
+    CHECK(cudaMemset(outs[i], 0, len * 4));
+    op.out = outs[i];
+    op.x = x0;
+    for (size_t j = i; j-- > 0;) {
+      if (ops[j].n >= op.k) {
+        op.x = outs[j];
+        break;
+      }
+    }
+  }
+  Op* d_ops;
+  unsigned *done, *sink;
+  CHECK(cudaMalloc(&d_ops, ops.size() * sizeof(Op)));
+  CHECK(cudaMemcpy(d_ops, ops.data(), ops.size() * sizeof(Op), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&done, ops.size() * kCounterStride * 4));
+  CHECK(cudaMemset(done, 0, ops.size() * kCounterStride * 4));
+  CHECK(cudaMalloc(&sink, 4));
+  CHECK(cudaDeviceSynchronize());
+
+  void *cs, *cd;
+  const size_t copy_bytes = size_t(512) << 20;
+  CHECK(cudaMalloc(&cs, copy_bytes));
+  CHECK(cudaMalloc(&cd, copy_bytes));
+  const double copy = copy_gbs(s, cd, cs, copy_bytes);
+  int runtime = 0;
+  CHECK(cudaRuntimeGetVersion(&runtime));
+  std::printf(
+      "%s, %d SMs, CUDA runtime %d, copy bandwidth %.1f GB/s (read + write, as hibana "
+      "counts it); %d layers, %zu ops (%s), %.1f MB of weights\n",
+      prop.name, prop.multiProcessorCount, runtime, copy, layers, ops.size(),
+      small ? "with one-CTA ops" : "products only", total_bytes / 1e6);
+  auto report = [&](const char* what, float us) {
+    const double gbs = static_cast<double>(total_bytes) / (us * 1e-6) / 1e9;
+    std::printf("%-18s %9.1f us  %7.2f us/op  %8.1f GB/s of weights  %5.1f%% of copy\n", what, us,
+                us / static_cast<float>(ops.size()), gbs, 100.0 * gbs / copy);
+  };
+  // Every output NaN (before a way's first run), and every output against the graph's (after).
+  auto poison = [&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const size_t len = static_cast<size_t>(std::max(ops[i].n, kMaxK));
+      CHECK(cudaMemsetAsync(outs[i], 0xff, len * 4, s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+  };
+  auto snapshot = [&] {
+    std::vector<std::vector<float>> all(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      all[i].resize(static_cast<size_t>(ops[i].n));
+      CHECK(cudaMemcpy(all[i].data(), outs[i], all[i].size() * 4, cudaMemcpyDeviceToHost));
+    }
+    return all;
+  };
+
+  const float bare = graph_us(s, 1, [&] {
+    read_all<<<prop.multiProcessorCount * 4, 512, 0, s>>>(reinterpret_cast<const uint4*>(wbuf),
+                                                          total_bytes / 16, sink);
+  });
+  report("bare read", bare);
+
+  int graph_per_sm = 0, per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&graph_per_sm, op_kernel, kThreads, 0));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel, kThreads, 0));
+  std::vector<std::vector<float>> ref;
+  int failures = 0;
+  auto compare = [&](const std::string& what) {
+    const std::vector<std::vector<float>> got = snapshot();
+    size_t bad = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (std::memcmp(got[i].data(), ref[i].data(), got[i].size() * 4) != 0) ++bad;
+    }
+    std::printf("  %s: %s\n", what.c_str(),
+                bad == 0 ? "every output identical to the graph's"
+                         : (std::to_string(bad) + " outputs DIFFER from the graph's").c_str());
+    if (bad != 0) ++failures;
+  };
+  for (bool early : {false, true}) {
+    poison();
+    const float graph = graph_us(s, 1, [&] {
+      for (const Op& op : ops) launch_op(op, early, s);
+    });
+    report(early ? "graph-early" : "graph", graph);
+    if (!early) {
+      ref = snapshot();
+      size_t nan = 0;
+      for (const auto& o : ref) {
+        nan +=
+            static_cast<size_t>(std::count_if(o.begin(), o.end(), [](float v) { return v != v; }));
+      }
+      std::printf("  %d CTAs per SM; %zu NaN outputs%s\n", graph_per_sm, nan,
+                  nan ? " (a tile was never written)" : "");
+      if (nan) ++failures;
+    } else {
+      compare("graph-early");
+    }
+  }
+
+  const int grid = per_sm * prop.multiProcessorCount;
+  unsigned epoch = 0;
+  for (bool late : {false, true}) {
+    auto run = [&] {
+      ++epoch;
+      int n_ops = static_cast<int>(ops.size());
+      void* args[] = {&d_ops, &n_ops, &done, &epoch, &late};
+      CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(chain_kernel), dim3(grid),
+                                        dim3(kThreads), args, 0, s));
+    };
+    poison();
+    run();
+    CHECK(cudaStreamSynchronize(s));
+    compare(std::string(late ? "persistent-late" : "persistent") + " (" + std::to_string(grid) +
+            " CTAs, " + std::to_string(per_sm) + " per SM)");
+    const float ms = best_ms(s, run);
+    report(late ? "persistent-late" : "persistent", ms * 1000.0f);
+  }
+  return failures == 0 ? 0 : 1;
+}

@@ -34,7 +34,8 @@
 // With programmatic dependent launch the weight ring starts filling before the kernel waits
 // for the previous one (plain matrices: the weights are constants; grouped ones only where
 // their routing is older than the previous kernel, Params::routing_ready), and the next kernel
-// is released once every CTA has finished its loads.
+// is released once every CTA has finished its loads (with HIBANA_CUDA_EARLY_RELEASE=1, once
+// every CTA has waited: Params::release_early, off until measured).
 //
 // Measured against the kernel it replaced (one barrier per stage; docs/benchmarks-history.md,
 // fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split
@@ -185,7 +186,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
   // their weight copies before waiting.
   const bool early = !kGrouped || p.routing_ready;
-  if (!early) pdl_wait();
+  if (!early) {
+    pdl_wait();
+    if (p.release_early) pdl_trigger();
+  }
   // The grid: 64 weight rows (x), the splits (y), the groups (z); a group's up to 8 token rows
   // are all the CTA's (the other kernels' token tiles: one here, so no division).
   const int my_split = blockIdx.y;
@@ -247,7 +251,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
 
-  if (early) pdl_wait();  // the activations are the previous kernel's output
+  if (early) {
+    pdl_wait();  // the activations are the previous kernel's output
+    if (p.release_early) pdl_trigger();
+  }
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (r >= rows_here) return -1;
@@ -465,7 +472,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     slot = slot + 1 == D ? 0 : slot + 1;
     ring_slot = ring + slot * (S::kStageBytes / 16);
   }
-  pdl_trigger();  // every load of this CTA is done: the next kernel may start launching
+  if (!p.release_early) pdl_trigger();  // every load of this CTA is done: the next may launch
 
   float total[4];
   if (scaled) {
@@ -552,6 +559,9 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 }  // namespace
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
+  // Off until measured; read at every call (tests switch it). Where the next kernel launches
+  // does not change what it computes: it still waits for this one to finish.
+  p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", false);
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));

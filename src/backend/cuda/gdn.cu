@@ -1,10 +1,13 @@
 // Gated DeltaNet on CUDA: causal conv1d with carried state, and the gated delta rule in its
 // recurrent form with the state in f32 (see backend/cpu/gdn.inc for the maths). Every token
-// takes the recurrent step, so results do not depend on how a prompt is split into passes;
-// the chunked form for long prefills is still to come.
+// takes the recurrent step, so results do not depend on how a prompt is split into passes —
+// unless the layout asks for aligned chunks and HIBANA_CUDA_GDN_CHUNKED=1: then, as on the
+// CPU, a sequence's whole aligned chunks take the chunked form (gdn_chunked.cu) and only the
+// tokens before and after them the recurrent step.
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gdn_impl.h"
 #include "backend/cuda/ops.h"
 
 namespace hibana::cuda {
@@ -84,27 +87,7 @@ __device__ __forceinline__ float softplus_f(float x) {
   return x > 20.0f ? x : log1pf(expf(x));
 }
 
-struct RecParams {
-  const float* qkv;  // [T][q heads | k heads | v heads]: q at g * dk, k at (nk + g) * dk
-  int64_t ldqkv;
-  const float *b, *a;  // [T][nv]: beta = sigmoid(b), decay from a
-  int64_t ldb, lda;
-  const float *A_log, *dt_bias;  // [nv]
-  float qscale;                  // dk^-1/2
-  float* states;                 // [slots][nv][dk][dv]
-  const int32_t* seq_start;
-  const int32_t* slots;
-  const int32_t* snaps;
-  int64_t nk, nv, dk, dv;
-  float* out;
-  int64_t ldo;
-  // The gated norm of each head's output (kNorm): out = rmsnorm(o) * norm * silu(z), z [T][nv *
-  // dv] ldz apart, norm [dv].
-  const float* z;
-  int64_t ldz;
-  const float* norm;
-  float eps;
-};
+using gdn::RecParams;
 
 // CTA = (sequence, value head, kBlocks * 32 state columns); thread = (column block, column,
 // quarter of the key rows). Per token, before the delta rule, the CTA prepares its inputs
@@ -114,7 +97,8 @@ struct RecParams {
 // issued before the barrier that frees the shared arrays, so a token costs one round trip to
 // memory. kNorm (kBlocks * 32 >= dv: a CTA holds its head's whole output): warp 0 then applies
 // the gated norm to the head's output row (gated_rmsnorm's arithmetic, norm_group_warp), and
-// only the normed row is stored.
+// only the normed row is stored. p.part: the tokens before or after the sequence's whole aligned
+// chunks only (the chunked kernel's, launched between the two), or all.
 template <int kBlocks, bool kNorm>
 __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(RecParams p) {
   constexpr int kWidth = kBlocks * kCols;  // state columns per CTA
@@ -132,7 +116,7 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
   }
   pdl_start();
   const int32_t slot = p.slots[s];
-  const int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
+  int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
   // The gated norm of token t's output row held in osh (warp 0; z from zsh, or from memory
   // for a padding row's zeros).
   auto norm_row = [&](int64_t t, auto x, auto z) {
@@ -154,6 +138,15 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * p.dv + c] = 0.0f;
     }
     return;
+  }
+  if (p.part != gdn::Part::all) {
+    const gdn::ChunkSpan span = gdn::chunk_span(p, s);
+    if (p.part == gdn::Part::before_chunks) {
+      t_end = span.first;
+    } else {
+      t_first = span.end;
+    }
+    if (t_first >= t_end) return;  // (the same for the whole CTA: the state stays as it is)
   }
   const int64_t dk = p.dk, dv = p.dv, g = h / (p.nv / p.nk);
   const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
@@ -288,6 +281,15 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 
 namespace {
 
+// Whether a pass takes the chunked form for its sequences' whole aligned chunks (the CPU's way,
+// HIBANA_CUDA_GDN_CHUNKED=1 until measured): the layout asks for aligned chunks and a sequence
+// can hold one (kChunk tokens, the others one each at least: never in decode).
+bool chunked_pass(const BatchLayout& layout) {
+  return layout.gdn_mode == GdnMode::aligned_chunks &&
+         layout.num_tokens - layout.num_seqs + 1 >= gdn::kChunk &&
+         knob_on("HIBANA_CUDA_GDN_CHUNKED", false);
+}
+
 // The recurrence's launch: with a norm (z and norm not empty), the gated norm's too, in a CTA
 // per head.
 void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
@@ -314,6 +316,7 @@ void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, cons
   p.seq_start = layout.seq_start.ptr<int32_t>();
   p.slots = layout.state_slot.ptr<int32_t>();
   p.snaps = layout.snapshot_slot.ptr<int32_t>();
+  p.positions = layout.positions.ptr<int32_t>();
   p.nk = nk;
   p.nv = nv;
   p.dk = dk;
@@ -333,6 +336,15 @@ void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, cons
   }
   dim3 grid = heads;
   grid.z = static_cast<unsigned>((dv + kCols - 1) / kCols);
+  // A chunked pass: the recurrent kernel for the tokens before each sequence's chunks, the
+  // chunked one, the recurrent one for the tokens after.
+  const bool chunked = chunked_pass(layout);
+  p.part = chunked ? gdn::Part::before_chunks : gdn::Part::all;
+  launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
+  launched("recurrent_kernel");
+  if (!chunked) return;
+  gdn::launch_chunked(p, layout.num_seqs);
+  p.part = gdn::Part::after_chunks;
   launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");
 }
@@ -350,8 +362,10 @@ bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm, const Ba
   // Up to 8 tokens a sequence on average (decode, speculative verification): a long prefill's
   // tokens would each wait for warp 0's norm in the CTA's token chain, where the separate norm
   // kernel runs over every token at once.
+  // Nor a pass with chunks (chunked_pass): a sequence's chunk takes the chunked form whatever
+  // it is batched with.
   return shape.value_dim <= kMaxGatedWidth && norm.numel() == shape.value_dim &&
-         layout.num_tokens <= 8 * layout.num_seqs;
+         layout.num_tokens <= 8 * layout.num_seqs && !chunked_pass(layout);
 }
 
 void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,

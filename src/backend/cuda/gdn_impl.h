@@ -1,0 +1,64 @@
+// Private to the Gated DeltaNet files (gdn.cu: conv and the recurrent form, gdn_chunked.cu: the
+// chunked form): what one recurrence launch reads, and which tokens of a sequence the chunked
+// form takes.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+
+namespace hibana::cuda::gdn {
+
+constexpr int kChunk = 64;  // tokens of an aligned chunk (the CPU backend's gdn_detail::kChunk)
+
+// Which of a sequence's tokens a recurrent launch walks: all of them, or those before or after
+// the whole aligned chunks the chunked kernel takes (chunk_span).
+enum class Part : int { all = 0, before_chunks = 1, after_chunks = 2 };
+
+struct RecParams {
+  const float* qkv;  // [T][q heads | k heads | v heads]: q at g * dk, k at (nk + g) * dk
+  int64_t ldqkv;
+  const float *b, *a;  // [T][nv]: beta = sigmoid(b), decay from a
+  int64_t ldb, lda;
+  const float *A_log, *dt_bias;  // [nv]
+  float qscale;                  // dk^-1/2
+  float* states;                 // [slots][nv][dk][dv]
+  const int32_t* seq_start;
+  const int32_t* slots;
+  const int32_t* snaps;
+  const int32_t* positions;  // (read by chunk_span only)
+  int64_t nk, nv, dk, dv;
+  float* out;
+  int64_t ldo;
+  // The gated norm of each head's output (kNorm): out = rmsnorm(o) * norm * silu(z), z [T][nv *
+  // dv] ldz apart, norm [dv].
+  const float* z;
+  int64_t ldz;
+  const float* norm;
+  float eps;
+  Part part;
+};
+
+// The whole aligned chunks of sequence s, the CPU backend's rule: tokens [first, end) where
+// first is the sequence's first token at a position that is a multiple of kChunk and end - first
+// the most whole chunks that fit; none (first = end = the sequence's end) where a token of the
+// sequence takes a snapshot. Every thread of the CTA calls it (a barrier inside), after the
+// previous kernel's wait.
+struct ChunkSpan {
+  int64_t first, end;
+};
+__device__ __forceinline__ ChunkSpan chunk_span(const RecParams& p, int64_t s) {
+  const int64_t t0 = p.seq_start[s], t1 = p.seq_start[s + 1];
+  bool snapshot = false;
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) snapshot |= p.snaps[t] >= 0;
+  if (__syncthreads_or(snapshot) || t1 <= t0) return {t1, t1};
+  const int64_t first = t0 + (kChunk - p.positions[t0] % kChunk) % kChunk;
+  if (first >= t1) return {t1, t1};
+  return {first, first + (t1 - first) / kChunk * kChunk};
+}
+
+// The chunked form over the whole aligned chunks of each sequence (gdn_chunked.cu); the tokens
+// before and after them are the recurrent kernel's (Part).
+void launch_chunked(const RecParams& p, int64_t num_seqs);
+
+}  // namespace hibana::cuda::gdn

@@ -1,5 +1,5 @@
-// The Gated DeltaNet's chunked form on CUDA (HIBANA_CUDA_GDN_CHUNKED=1, layouts asking for
-// aligned chunks) against the CPU's chunked form: a prefill whose sequences start at and off a
+// The Gated DeltaNet's chunked form on CUDA (the default, HIBANA_CUDA_GDN_CHUNKED; layouts asking
+// for aligned chunks) against the CPU's chunked form: a prefill whose sequences start at and off a
 // chunk boundary (tokens before, in and after whole aligned chunks), one too short for a chunk,
 // and one with a snapshot (all recurrent, as on the CPU). Skipped without a GPU.
 #include <gtest/gtest.h>

@@ -218,20 +218,24 @@ bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 // On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
 // off. Read at every call.
 bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
-// HIBANA_CUDA_FUSED_ROUTING=1: up to 32 tokens' routing and the grouping of their pairs by
-// expert in one launch, one fewer per MoE layer (the same bits). Off until measured.
-bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", false); }
+// HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
+// expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode
+// +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0
+// turns it off. Read at every call (tests switch it), as the others.
+bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
 // HIBANA_CUDA_FUSED_GDN_NORM=1: the DeltaNet recurrence applies the gated norm to its output
 // (a CTA per value head instead of per 32 columns), one launch fewer per DeltaNet layer (the
-// same bits). Off until measured.
+// same bits). Off: 80B decode 2.1% slower at batch 1 (32 CTAs hold the state where 128 did).
 bool fused_gdn_norm() { return knob_on("HIBANA_CUDA_FUSED_GDN_NORM", false); }
 // HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
-// bits). Off until measured.
+// bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
+// spreads over 8).
 bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
-// HIBANA_CUDA_FUSED_ATTENTION_GATE=1: the attention merge applies a gated attention's output
-// gate, one launch fewer per gated attention layer (the same bits). Off until measured.
-bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION_GATE", false); }
+// HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
+// gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
+// +0.5% at batch 1 alone); =0 turns it off.
+bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION_GATE", true); }
 
 class CudaBackend final : public Backend {
  public:

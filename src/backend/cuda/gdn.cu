@@ -1,9 +1,9 @@
 // Gated DeltaNet on CUDA: causal conv1d with carried state, and the gated delta rule in its
 // recurrent form with the state in f32 (see backend/cpu/gdn.inc for the maths). Every token
 // takes the recurrent step, so results do not depend on how a prompt is split into passes —
-// unless the layout asks for aligned chunks and HIBANA_CUDA_GDN_CHUNKED=1: then, as on the
-// CPU, a sequence's whole aligned chunks take the chunked form (gdn_chunked.cu) and only the
-// tokens before and after them the recurrent step.
+// unless the layout asks for aligned chunks (the default; HIBANA_CUDA_GDN_CHUNKED=0 declines
+// them): then, as on the CPU, a sequence's whole aligned chunks take the chunked form
+// (gdn_chunked.cu) and only the tokens before and after them the recurrent step.
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
@@ -281,13 +281,14 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 
 namespace {
 
-// Whether a pass takes the chunked form for its sequences' whole aligned chunks (the CPU's way,
-// HIBANA_CUDA_GDN_CHUNKED=1 until measured): the layout asks for aligned chunks and a sequence
-// can hold one (kChunk tokens, the others one each at least: never in decode).
+// Whether a pass takes the chunked form for its sequences' whole aligned chunks (the CPU's way;
+// HIBANA_CUDA_GDN_CHUNKED=0 keeps every token recurrent): the layout asks for aligned chunks and
+// a sequence can hold one (kChunk tokens, the others one each at least: never in decode). The
+// 80B's 8k-token prefill 1.3% faster with it (docs/benchmarks.md, fifteenth slice).
 bool chunked_pass(const BatchLayout& layout) {
   return layout.gdn_mode == GdnMode::aligned_chunks &&
          layout.num_tokens - layout.num_seqs + 1 >= gdn::kChunk &&
-         knob_on("HIBANA_CUDA_GDN_CHUNKED", false);
+         knob_on("HIBANA_CUDA_GDN_CHUNKED", true);
 }
 
 // The recurrence's launch: with a norm (z and norm not empty), the gated norm's too, in a CTA

@@ -34,8 +34,9 @@
 // With programmatic dependent launch the weight ring starts filling before the kernel waits
 // for the previous one (plain matrices: the weights are constants; grouped ones only where
 // their routing is older than the previous kernel, Params::routing_ready), and the next kernel
-// is released once every CTA has finished its loads (with HIBANA_CUDA_EARLY_RELEASE=1, once
-// every CTA has waited: Params::release_early, off until measured).
+// is released once every CTA has waited for the previous one (Params::release_early: the next
+// kernel's weight copies overlap this one's stream where SM slots are free; +1.7% on the 80B's
+// decode step at batch 1; HIBANA_CUDA_EARLY_RELEASE=0 releases it after the loop instead).
 //
 // Measured against the kernel it replaced (one barrier per stage; docs/benchmarks-history.md,
 // fifth slice): no faster per call — what a call costs beyond its bytes is start-up and the split
@@ -559,9 +560,11 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 }  // namespace
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  // Off until measured; read at every call (tests switch it). Where the next kernel launches
-  // does not change what it computes: it still waits for this one to finish.
-  p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", false);
+  // On by default (80B decode +1.7% at batch 1, +0.5% at 8; the 8B's unchanged:
+  // docs/benchmarks.md, fifteenth slice); =0 releases at the loop's end. Read at every call.
+  // Where the next kernel launches does not change what it computes: it still waits for this
+  // one to finish.
+  p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));

@@ -58,7 +58,7 @@ struct Params {
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;
   // Decode kernel: release the next kernel as soon as this one has waited for the previous one
-  // (HIBANA_CUDA_EARLY_RELEASE=1), not once its loads are done, so the next kernel's weight
+  // (the default; HIBANA_CUDA_EARLY_RELEASE=0: once its loads are done), so the next kernel's weight
   // copies can overlap this one's stream where SM slots are free. Never before this kernel's
   // own wait: routing_ready relies on a launch following its predecessor's wait.
   bool release_early;

@@ -64,15 +64,10 @@ TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
       l.num_tokens = T;
       l.num_seqs = S;
       l.gdn_mode = mode;
-      auto put = [&](const std::vector<int32_t>& v) {
-        return device ? upload(v.data(), DType::i32, {static_cast<int64_t>(v.size())})
-                      : Tensor(const_cast<int32_t*>(v.data()), DType::i32,
-                               {static_cast<int64_t>(v.size())});
-      };
-      l.positions = put(positions);
-      l.seq_start = put(seq_start);
-      l.state_slot = put(slot_of);
-      l.snapshot_slot = put(snaps);
+      l.positions = ints(positions, device);
+      l.seq_start = ints(seq_start, device);
+      l.state_slot = ints(slot_of, device);
+      l.snapshot_slot = ints(snaps, device);
       return l;
     };
     const Tensor qd = upload(qkv.data(), DType::f32, {T, C}),

@@ -35,6 +35,13 @@ class CudaFixture : public testing::Test {
     copy_to_host(t, v.data());
     return v;
   }
+  // A 1-D i32 tensor of v: a device copy kept by the fixture, or (device false, for the CPU
+  // backend) v itself in place.
+  Tensor ints(const std::vector<int32_t>& v, bool device) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return device ? upload(v.data(), DType::i32, {n})
+                  : Tensor(const_cast<int32_t*>(v.data()), DType::i32, {n});
+  }
   // A zeroed [rows, cols] f32 device tensor, kept alive by the fixture.
   Tensor device_f32(int64_t rows, int64_t cols) {
     std::vector<float> zeros(rows * cols, 0.0f);

@@ -83,10 +83,6 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
   }
 }
 
-__device__ __forceinline__ float softplus_f(float x) {
-  return x > 20.0f ? x : log1pf(expf(x));
-}
-
 using gdn::RecParams;
 
 // CTA = (sequence, value head, kBlocks * 32 state columns); thread = (column block, column,
@@ -178,13 +174,7 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       if (quarter == 0) zsh[here] = zv;
     }
     if (warp < 2) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        if (lane + 32 * i < dk) ss = fmaf(xv[i], xv[i], ss);
-      }
-      ss = warp_sum(ss);
-      const float inv = 1.0f / sqrtf(ss + 1e-6f);
+      const float inv = gdn::l2_inverse(xv, lane, dk);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int64_t d = lane + 32 * i;
@@ -197,8 +187,8 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       }
     }
     if (threadIdx.x == 64) {
-      gate[0] = expf(-ea * softplus_f(av + dt_bias));
-      gate[1] = 1.0f / (1.0f + expf(-bv));
+      gate[0] = expf(gdn::log_decay(ea, av, dt_bias));
+      gate[1] = gdn::beta_of(bv);
     }
     __syncthreads();
     const float alpha = gate[0], beta = gate[1];

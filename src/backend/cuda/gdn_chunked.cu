@@ -40,10 +40,6 @@ struct Smem {
   float eg[kChunk], el[kChunk];  // exp(gam_i), exp(gam_last - gam_i)
 };
 
-__device__ __forceinline__ float softplus_f(float x) {
-  return x > 20.0f ? x : log1pf(expf(x));
-}
-
 __global__ void __launch_bounds__(kThreads, 1) chunked_kernel(RecParams p) {
   extern __shared__ __align__(16) unsigned char raw[];
   Smem& sh = *reinterpret_cast<Smem*>(raw);
@@ -64,21 +60,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_kernel(RecParams p) {
   }
   for (int64_t t = span.first; t < span.end; t += kChunk) {
     __syncthreads();  // the previous chunk is done with the shared arrays
-    // q and k of the chunk's tokens, L2-normalised: a warp per row, the recurrent kernel's
-    // arithmetic (a lane's values in order, the warp's sum, one reciprocal square root).
+    // q and k of the chunk's tokens, L2-normalised: a warp per row (l2_inverse, as the
+    // recurrent kernel).
     for (int r = warp; r < 2 * kChunk; r += kWarps) {
       const int i = r % kChunk, which = r / kChunk;  // 0: q, 1: k
       const float* src = p.qkv + (t + i) * p.ldqkv + (which * p.nk + g) * dk;
       float xv[kMaxDk / 32];
-      float ss = 0.0f;
 #pragma unroll
       for (int u = 0; u < kMaxDk / 32; ++u) {
         const int64_t d = lane + 32 * u;
         xv[u] = d < dk ? src[d] : 0.0f;
-        if (d < dk) ss = fmaf(xv[u], xv[u], ss);
       }
-      ss = warp_sum(ss);
-      const float inv = 1.0f / sqrtf(ss + 1e-6f);
+      const float inv = l2_inverse(xv, lane, dk);
       float* dst = which == 0 ? sh.q[i] : sh.k[i];
 #pragma unroll
       for (int u = 0; u < kMaxDk / 32; ++u) {
@@ -90,8 +83,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_kernel(RecParams p) {
     // term once beta is known.
     if (threadIdx.x < kChunk) {
       const int64_t tt = t + threadIdx.x;
-      sh.gam[threadIdx.x] = -ea * softplus_f(p.a[tt * p.lda + h] + dt_bias);
-      sh.beta[threadIdx.x] = 1.0f / (1.0f + expf(-p.b[tt * p.ldb + h]));
+      sh.gam[threadIdx.x] = log_decay(ea, p.a[tt * p.lda + h], dt_bias);
+      sh.beta[threadIdx.x] = beta_of(p.b[tt * p.ldb + h]);
     }
     __syncthreads();
     if (threadIdx.x == 0) {  // the running sum in token order, as the CPU

@@ -39,6 +39,29 @@ struct RecParams {
   Part part;
 };
 
+// The per-token arithmetic both forms share (the CPU's gdn.inc): a value head's log decay
+// g = -exp(A_log) * softplus(a + dt_bias) (ea = exp(A_log)), beta = sigmoid(b), and the factor
+// that L2-normalises a key_dim vector held as kPer values a lane (lane + 32 u; the values past
+// dk zero): a lane's squares in order, the warp's sum, one reciprocal square root.
+__device__ __forceinline__ float softplus_f(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
+__device__ __forceinline__ float log_decay(float ea, float a, float dt_bias) {
+  return -ea * softplus_f(a + dt_bias);
+}
+__device__ __forceinline__ float beta_of(float b) {
+  return 1.0f / (1.0f + expf(-b));
+}
+template <int kPer>
+__device__ __forceinline__ float l2_inverse(const float (&xv)[kPer], int lane, int64_t dk) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    if (lane + 32 * u < dk) ss = fmaf(xv[u], xv[u], ss);
+  }
+  return 1.0f / sqrtf(warp_sum(ss) + 1e-6f);
+}
+
 // The whole aligned chunks of sequence s, the CPU backend's rule: tokens [first, end) where
 // first is the sequence's first token at a position that is a multiple of kChunk and end - first
 // the most whole chunks that fit; none (first = end = the sequence's end) where a token of the

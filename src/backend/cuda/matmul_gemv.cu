@@ -187,10 +187,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
   // their weight copies before waiting.
   const bool early = !kGrouped || p.routing_ready;
-  if (!early) {
+  // The wait for the previous kernel, and then, by default, the next kernel's release.
+  auto wait_previous = [&] {
     pdl_wait();
     if (p.release_early) pdl_trigger();
-  }
+  };
+  if (!early) wait_previous();
   // The grid: 64 weight rows (x), the splits (y), the groups (z); a group's up to 8 token rows
   // are all the CTA's (the other kernels' token tiles: one here, so no division).
   const int my_split = blockIdx.y;
@@ -252,10 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
 
-  if (early) {
-    pdl_wait();  // the activations are the previous kernel's output
-    if (p.release_early) pdl_trigger();
-  }
+  if (early) wait_previous();  // the activations are the previous kernel's output
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (r >= rows_here) return -1;

@@ -1,7 +1,8 @@
 // The Gated DeltaNet's chunked form on CUDA (the default, HIBANA_CUDA_GDN_CHUNKED; layouts asking
 // for aligned chunks) against the CPU's chunked form: a prefill whose sequences start at and off a
 // chunk boundary (tokens before, in and after whole aligned chunks), one too short for a chunk,
-// and one with a snapshot (all recurrent, as on the CPU). Skipped without a GPU.
+// and one with a snapshot (all recurrent, as on the CPU); and the conv's two kernels against each
+// other and the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,8 +33,10 @@ struct Prefill {
 
 TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
   // 200 tokens from 37 (27 before two chunks, 45 after), 130 from 0 (two chunks, 2 after), 70
-  // from 64 (one chunk, 6 after), 40 from 3 (no chunk), 100 from 0 with a snapshot (none).
-  const Prefill pf{{200, 130, 70, 40, 100}, {37, 0, 64, 3, 0}};
+  // from 64 (one chunk, 6 after), 40 from 3 (no chunk), 100 from 0 with a snapshot (none), 2150
+  // from 10 (54 before 32 chunks, 48 after): 37 chunks, more than one window of the prepare
+  // pass (32), the last sequence's in both.
+  const Prefill pf{{200, 130, 70, 40, 100, 2150}, {37, 0, 64, 3, 0, 10}};
   const int64_t S = static_cast<int64_t>(pf.n.size()), slots = S + 1;
   std::vector<int32_t> seq_start = {0}, positions, snaps, slot_of(S);
   for (int64_t i = 0; i < S; ++i) {
@@ -125,6 +128,76 @@ TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
     // Sequence 0's 27 tokens before its chunks too; its chunk tokens are the chunked kernel's.
     EXPECT_TRUE(same_rows(0, 27));
     EXPECT_FALSE(same_rows(27, 27 + 128));
+  }
+}
+
+// The conv over a prefill's tokens in parallel (the default where sequences average 32 tokens)
+// against the kernel walking each sequence (HIBANA_CUDA_CONV_TOKENS=0): the same bits for the
+// outputs, the carried states and a snapshot — sequences shorter than the window (the state
+// reaches past them), a padding row (slot -1), runs of 8 tokens crossing sequence boundaries —
+// and, to rounding, the CPU's.
+TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
+  // Sequence lengths: 1 and 2 (below the window of 3), 200, 5, 77 (a padding row), 3, 100.
+  const std::vector<int32_t> n = {1, 2, 200, 5, 77, 3, 100};
+  const int64_t S = static_cast<int64_t>(n.size()), slots = S + 2;
+  std::vector<int32_t> seq_start = {0}, slot_of(S);
+  for (int64_t i = 0; i < S; ++i) {
+    seq_start.push_back(seq_start.back() + n[i]);
+    slot_of[i] = static_cast<int32_t>(S - 1 - i);  // slots not in sequence order
+  }
+  slot_of[4] = -1;
+  const int64_t T = seq_start.back();
+  std::vector<int32_t> snaps(T, -1);
+  snaps[seq_start[2] + 130] = static_cast<int32_t>(S);      // mid-sequence
+  snaps[seq_start[3] + 1] = static_cast<int32_t>(S + 1);    // inside the window's reach
+  ASSERT_GE(T, 32 * S) << "the pass must take the token-parallel kernel";
+  for (const int64_t K : {int64_t{4}, int64_t{2}, int64_t{9}}) {
+    SCOPED_TRACE(testing::Message() << "kernel " << K);
+    const int64_t C = 200, W = K - 1;  // C: channels off a multiple of the block
+    const std::vector<float> x = randn(T * C, 61), w = randn(C * K, 62),
+                             states0 = randn(slots * C * W, 63);
+    BatchLayout l;
+    l.num_tokens = T;
+    l.num_seqs = S;
+    l.seq_start = ints(seq_start, true);
+    l.state_slot = ints(slot_of, true);
+    l.snapshot_slot = ints(snaps, true);
+    const Tensor xd = upload(x.data(), DType::f32, {T, C}), wd = upload(w.data(), DType::f32, {C, K});
+    auto run = [&](const char* by_tokens) {
+      ScopedEnv knob("HIBANA_CUDA_CONV_TOKENS", by_tokens);
+      Tensor out = device_f32(T, C), st = upload(states0.data(), DType::f32, {slots, C, W});
+      gpu->gdn_conv(xd, wd, st, l, out);
+      std::vector<float> r = download(out), s = download(st);
+      r.insert(r.end(), s.begin(), s.end());
+      return r;
+    };
+    const std::vector<float> tokens = run("1"), walk = run("0");
+    EXPECT_EQ(tokens, walk);
+    for (int64_t t = seq_start[4]; t < seq_start[5]; ++t) {
+      EXPECT_EQ(walk[t * C], 0.0f) << "padding row, token " << t;
+    }
+    // The CPU has no padding rows: sequence 4 gets a slot of its own there (its outputs and
+    // that slot are not compared).
+    std::vector<int32_t> cpu_slots = slot_of;
+    cpu_slots[4] = static_cast<int32_t>(S - 1 - 4);
+    BatchLayout lc = l;
+    lc.seq_start = ints(seq_start, false);
+    lc.state_slot = ints(cpu_slots, false);
+    lc.snapshot_slot = ints(snaps, false);
+    std::vector<float> x1 = x, w1 = w, st = states0, r(T * C);
+    cpu->gdn_conv(Tensor(x1.data(), DType::f32, {T, C}), Tensor(w1.data(), DType::f32, {C, K}),
+                  Tensor(st.data(), DType::f32, {slots, C, W}), lc,
+                  Tensor(r.data(), DType::f32, {T, C}));
+    r.insert(r.end(), st.begin(), st.end());
+    std::vector<float> mine = tokens;
+    for (int64_t t = seq_start[4]; t < seq_start[5]; ++t) {
+      std::fill_n(mine.begin() + t * C, C, 0.0f);
+      std::fill_n(r.begin() + t * C, C, 0.0f);
+    }
+    const int64_t slot4 = T * C + (S - 1 - 4) * C * W;
+    std::fill_n(mine.begin() + slot4, C * W, 0.0f);
+    std::fill_n(r.begin() + slot4, C * W, 0.0f);
+    EXPECT_LT(max_abs_diff(mine, r), 1e-5f);
   }
 }
 

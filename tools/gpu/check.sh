@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
 # stages, writing logs under $OUT. Stages: build, tests, tests-knobs (the model and engine CUDA
-# tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill,
+# tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill (PROMPT, CONFIGS),
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
 # step), matmul (one product per decode shape), chain (tools/gpu/op_chain.cu: a chain of
 # dependent products as a graph of kernels or one persistent kernel), floor (tools/gpu/launch_floor.cu: per-kernel
@@ -91,12 +91,12 @@ bench_decode() {
     tee "$OUT/bench_$1.log"
 }
 
+# Prefill of a PROMPT-token prompt (2048) on the CONFIGS (both shapes); TIMING=1: GPU time per op.
 stage_prefill() {
-  for cfg in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
-    set -- $cfg
+  configs | while read -r cfg dt; do
     HIBANA_CUDA_TIMING=${TIMING:-0} timeout 300 $B/hibana bench prefill --device cuda \
-      --load-format dummy --config bench/configs/$1.json --dtype $2 --prompt-tokens ${PROMPT:-2048} \
-      2>&1 | tee "$OUT/prefill_$1.log"
+      --load-format dummy --config bench/configs/$cfg.json --dtype $dt --prompt-tokens ${PROMPT:-2048} \
+      2>&1 | tee "$OUT/prefill_$cfg.log"
   done
 }
 

@@ -20,23 +20,64 @@ constexpr int kQuarters = 4;         // row groups per column
 constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
 constexpr int kMaxGatedWidth = 128;  // value_dim the recurrence with its gated norm takes
 
-// One thread per (sequence, channel), walking the sequence's tokens in order. The channel's
-// taps are constants, loaded before the wait for the previous kernel; taps and window stay in
-// registers (loops over the largest window, skipping what a shorter one lacks), and the sum is
-// explicit multiply-adds in tap order (what the compiler contracted the old loop into).
+// A channel's taps, constants loaded before a kernel waits for the previous one: those on the
+// window (up to the largest, zero past a shorter one's) in wc, the one on the new input in
+// w_last. ok false (a thread past the work): zeros, nothing read.
+__device__ __forceinline__ void load_taps(const float* w, int K, int64_t c, bool ok,
+                                          float (&wc)[kMaxConvWindow], float& w_last) {
+  const int W = K - 1;
+  w_last = 0.0f;
+#pragma unroll
+  for (int j = 0; j <= kMaxConvWindow; ++j) {
+    const float v = ok && j < K ? w[c * K + j] : 0.0f;
+    if (j < kMaxConvWindow) wc[j] = v;
+    if (j == W) w_last = v;
+  }
+}
+
+// One output of the conv: the taps on the window (oldest first), then on the new input xv, as
+// explicit multiply-adds in tap order (what the compiler contracted the old loop into), then
+// SiLU. Both conv kernels compute a token's output here, so they give the same bits.
+__device__ __forceinline__ float conv_out(const float (&wc)[kMaxConvWindow], float w_last,
+                                          const float (&win)[kMaxConvWindow], int W, float xv) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxConvWindow; ++j) {
+    if (j < W) acc = fmaf(wc[j], win[j], acc);
+  }
+  return silu_f(fmaf(w_last, xv, acc));
+}
+
+// Shifts xv into the window (ascending: reads before writes).
+__device__ __forceinline__ void conv_shift(float (&win)[kMaxConvWindow], int W, float xv) {
+#pragma unroll
+  for (int j = 0; j < kMaxConvWindow; ++j) {
+    if (j + 1 < W) {
+      win[j] = win[j + 1];
+    } else if (j + 1 == W) {
+      win[j] = xv;
+    }
+  }
+}
+
+// Stores the window into a state slot's W values of channel c.
+__device__ __forceinline__ void conv_store(float* dst, const float (&win)[kMaxConvWindow], int W) {
+#pragma unroll
+  for (int j = 0; j < kMaxConvWindow; ++j) {
+    if (j < W) dst[j] = win[j];
+  }
+}
+
+// One thread per (sequence, channel), walking the sequence's tokens in order: decode, and passes
+// of few tokens per sequence. Taps and window stay in registers.
 __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, float* states,
                             const int32_t* seq_start, const int32_t* slots, const int32_t* snaps,
                             int64_t S, int64_t C, float* out, int64_t ldo) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t s = i / C, c = i % C;
   const int W = K - 1;
-  float wc[kMaxConvWindow], w_last = 0.0f;  // taps on the window, then on the new input
-#pragma unroll
-  for (int j = 0; j <= kMaxConvWindow; ++j) {
-    const float v = i < S * C && j < K ? w[c * K + j] : 0.0f;
-    if (j < kMaxConvWindow) wc[j] = v;
-    if (j == W) w_last = v;
-  }
+  float wc[kMaxConvWindow], w_last;
+  load_taps(w, K, c, i < S * C, wc, w_last);
   pdl_start();
   if (i >= S * C) return;
   // The slot and the token range together, a token's input and snapshot slot before its
@@ -54,33 +95,107 @@ __global__ void conv_kernel(const float* x, int64_t ldx, const float* w, int K, 
   for (int64_t t = t_first; t < t_end; ++t) {
     const float xv = x[t * ldx + c];
     const int32_t snap_slot = snaps[t];
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxConvWindow; ++j) {
-      if (j < W) acc = fmaf(wc[j], win[j], acc);
-    }
-    acc = fmaf(w_last, xv, acc);
-    out[t * ldo + c] = silu_f(acc);
-#pragma unroll
-    for (int j = 0; j < kMaxConvWindow; ++j) {  // shift in xv (ascending: reads before writes)
-      if (j + 1 < W) {
-        win[j] = win[j + 1];
-      } else if (j + 1 == W) {
-        win[j] = xv;
-      }
-    }
-    if (snap_slot >= 0) {
-      float* snap = states + (static_cast<int64_t>(snap_slot) * C + c) * W;
-#pragma unroll
-      for (int j = 0; j < kMaxConvWindow; ++j) {
-        if (j < W) snap[j] = win[j];
-      }
+    out[t * ldo + c] = conv_out(wc, w_last, win, W, xv);
+    conv_shift(win, W, xv);
+    if (snap_slot >= 0) conv_store(states + (static_cast<int64_t>(snap_slot) * C + c) * W, win, W);
+  }
+  conv_store(st, win, W);
+}
+
+// Prefill: the tokens in parallel. A thread takes one channel of kConvRun consecutive tokens of
+// the pass (they may cross into the next sequences), its window filled once from the carried
+// state and the inputs before its first token, then slid in registers: the same window values
+// and the same conv_out as conv_kernel, so the same bits. It writes the outputs and the
+// snapshots but not the carried states, which earlier tokens still read: conv_state_kernel
+// stores those afterwards. (Snapshot slots are never a live sequence's slot, as on the CPU.)
+constexpr int kConvRun = 8;
+
+// The sequence holding token t: the last s with seq_start[s] <= t (S is small: a binary search).
+__device__ __forceinline__ int64_t seq_of(const int32_t* seq_start, int64_t S, int64_t t) {
+  int64_t lo = 0, hi = S - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (seq_start[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
     }
   }
+  return lo;
+}
+
+// The window before token t of a sequence starting at t0 with carried state st: positions
+// t - W .. t - 1, those before t0 from the state.
+__device__ __forceinline__ void conv_window(const float* x, int64_t ldx, int64_t c, const float* st,
+                                            int W, int64_t t0, int64_t t,
+                                            float (&win)[kMaxConvWindow]) {
 #pragma unroll
   for (int j = 0; j < kMaxConvWindow; ++j) {
-    if (j < W) st[j] = win[j];
+    if (j >= W) {
+      win[j] = 0.0f;
+      continue;
+    }
+    const int64_t pos = t - W + j;
+    win[j] = pos >= t0 ? x[pos * ldx + c] : st[W - (t0 - pos)];
   }
+}
+
+__global__ void conv_tokens_kernel(const float* x, int64_t ldx, const float* w, int K,
+                                   float* states, const int32_t* seq_start, const int32_t* slots,
+                                   const int32_t* snaps, int64_t S, int64_t T, int64_t C,
+                                   float* out, int64_t ldo) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t runs = (T + kConvRun - 1) / kConvRun;
+  const int64_t run = i / C, c = i % C;
+  const int W = K - 1;
+  float wc[kMaxConvWindow], w_last;
+  load_taps(w, K, c, run < runs, wc, w_last);
+  pdl_start();
+  if (run >= runs) return;
+  const int64_t t_first = run * kConvRun, t_last = min(T, t_first + kConvRun);
+  int64_t s = seq_of(seq_start, S, t_first), t_next = seq_start[s + 1];
+  int32_t slot = slots[s];
+  float win[kMaxConvWindow] = {};
+  if (slot >= 0) {
+    conv_window(x, ldx, c, states + (static_cast<int64_t>(slot) * C + c) * W, W, seq_start[s],
+                t_first, win);
+  }
+  for (int64_t t = t_first; t < t_last; ++t) {
+    if (t == t_next) {  // the next sequence starts: its window is its carried state
+      while (t >= seq_start[s + 1]) ++s;
+      t_next = seq_start[s + 1];
+      slot = slots[s];
+      if (slot >= 0) conv_window(x, ldx, c, states + (static_cast<int64_t>(slot) * C + c) * W,
+                                 W, t, t, win);
+    }
+    if (slot < 0) {  // a padding row: no state, zero output
+      out[t * ldo + c] = 0.0f;
+      continue;
+    }
+    const float xv = x[t * ldx + c];
+    const int32_t snap_slot = snaps[t];
+    out[t * ldo + c] = conv_out(wc, w_last, win, W, xv);
+    conv_shift(win, W, xv);
+    if (snap_slot >= 0) conv_store(states + (static_cast<int64_t>(snap_slot) * C + c) * W, win, W);
+  }
+}
+
+// After conv_tokens_kernel: each sequence's carried state becomes the window after its last
+// token (one thread per (sequence, channel), reading everything before it writes).
+__global__ void conv_state_kernel(const float* x, int64_t ldx, int K, float* states,
+                                  const int32_t* seq_start, const int32_t* slots, int64_t S,
+                                  int64_t C) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  pdl_start();
+  if (i >= S * C) return;
+  const int64_t s = i / C, c = i % C;
+  const int32_t slot = slots[s];
+  if (slot < 0) return;
+  const int W = K - 1;
+  float* st = states + (static_cast<int64_t>(slot) * C + c) * W;
+  float win[kMaxConvWindow];
+  conv_window(x, ldx, c, st, W, seq_start[s], seq_start[s + 1], win);
+  conv_store(st, win, W);
 }
 
 using gdn::RecParams;
@@ -252,6 +367,14 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
   }
 }
 
+// Whether a pass's conv runs over its tokens in parallel (conv_tokens_kernel, then
+// conv_state_kernel) rather than a thread walking each sequence (conv_kernel): where sequences
+// average 32 tokens or more (prefill; decode and verification passes walk). The same bits
+// either way; HIBANA_CUDA_CONV_TOKENS=0 always walks.
+bool conv_by_tokens(int64_t T, int64_t S) {
+  return T >= 4 * kConvRun * S && knob_on("HIBANA_CUDA_CONV_TOKENS", true);
+}
+
 }  // namespace
 
 void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
@@ -260,11 +383,24 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
   check(w.shape[0] == C && conv_states.shape[1] == C && conv_states.shape[2] == K - 1,
         ErrorKind::internal, "gdn_conv: shapes");
   check(K >= 1 && K - 1 <= kMaxConvWindow, ErrorKind::unsupported, "CUDA gdn_conv: kernel above 9");
-  const int64_t n = layout.num_seqs * C;
-  if (n == 0) return;
-  launch_pdl(conv_kernel, blocks_for(n, 128), 128, 0, x.ptr<float>(), ld(x), w.ptr<float>(),
-             static_cast<int>(K), conv_states.ptr<float>(), layout.seq_start.ptr<int32_t>(),
-             layout.state_slot.ptr<int32_t>(), layout.snapshot_slot.ptr<int32_t>(), layout.num_seqs,
+  const int64_t S = layout.num_seqs, T = layout.num_tokens;
+  if (S == 0) return;
+  const int32_t* seq_start = layout.seq_start.ptr<int32_t>();
+  const int32_t* slots = layout.state_slot.ptr<int32_t>();
+  float* states = conv_states.ptr<float>();
+  if (conv_by_tokens(T, S)) {
+    const int64_t n = (T + kConvRun - 1) / kConvRun * C;
+    launch_pdl(conv_tokens_kernel, blocks_for(n, 128), 128, 0, x.ptr<float>(), ld(x),
+               w.ptr<float>(), static_cast<int>(K), states, seq_start, slots,
+               layout.snapshot_slot.ptr<int32_t>(), S, T, C, out.ptr<float>(), ld(out));
+    launched("conv_tokens_kernel");
+    launch_pdl(conv_state_kernel, blocks_for(S * C, 128), 128, 0, x.ptr<float>(), ld(x),
+               static_cast<int>(K), states, seq_start, slots, S, C);
+    launched("conv_state_kernel");
+    return;
+  }
+  launch_pdl(conv_kernel, blocks_for(S * C, 128), 128, 0, x.ptr<float>(), ld(x), w.ptr<float>(),
+             static_cast<int>(K), states, seq_start, slots, layout.snapshot_slot.ptr<int32_t>(), S,
              C, out.ptr<float>(), ld(out));
   launched("conv_kernel");
 }
@@ -334,7 +470,7 @@ void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, cons
   launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");
   if (!chunked) return;
-  gdn::launch_chunked(p, layout.num_seqs);
+  gdn::launch_chunked(p, layout.num_seqs, T);
   p.part = gdn::Part::after_chunks;
   launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");

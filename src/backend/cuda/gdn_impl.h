@@ -80,8 +80,8 @@ __device__ __forceinline__ ChunkSpan chunk_span(const RecParams& p, int64_t s) {
   return {first, first + (t1 - first) / kChunk * kChunk};
 }
 
-// The chunked form over the whole aligned chunks of each sequence (gdn_chunked.cu); the tokens
-// before and after them are the recurrent kernel's (Part).
-void launch_chunked(const RecParams& p, int64_t num_seqs);
+// The chunked form over the whole aligned chunks of each sequence of a pass of num_tokens tokens
+// (gdn_chunked.cu); the tokens before and after them are the recurrent kernel's (Part).
+void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens);
 
 }  // namespace hibana::cuda::gdn

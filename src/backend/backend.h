@@ -200,15 +200,13 @@ class Backend {
   // one group per value head).
   virtual void gated_rmsnorm(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                              Tensor out) = 0;
-  // gdn_recurrence into out, then gated_rmsnorm(out, z, norm, eps, out) (the layer's output
-  // gate); a GPU does both in one kernel, with the same bits. z must not alias out (the fused
-  // kernel writes a token's output before it reads the next token's z).
-  virtual void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
-                                    const Tensor& A_log, const Tensor& dt_bias,
-                                    const GdnShape& shape, Tensor states, const BatchLayout& layout,
-                                    const Tensor& z, const Tensor& norm, float eps, Tensor out) {
-    gdn_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, out);
-    gated_rmsnorm(out, z, norm, eps, out);
+  // out = gated_rmsnorm(x, z, norm, eps) · wᵀ: a DeltaNet layer's output gate and projection.
+  // x may be left normalised (the default normalises it in place); a GPU applies the norm as its
+  // decode kernel loads the activations, with the bits of the two ops.
+  virtual void matmul_gated_norm(Tensor x, const Tensor& z, const Tensor& norm, float eps,
+                                 const Weight& w, Tensor out) {
+    gated_rmsnorm(x, z, norm, eps, x);
+    matmul(x, w, out);
   }
 
   // MoE: softmax over router logits [T, E] in f32, top-k, optional renormalisation, into ids

@@ -105,11 +105,10 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
               conv_out.tensor);
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
-  be.gdn_recurrence_gated(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log,
-                          w.dt_bias, shape, state.ssm.at(state_index), layout,
-                          columns(qkvz, conv_dim, value_dim), w.norm,
-                          static_cast<float>(c.rms_norm_eps), core.tensor);
-  be.matmul(core.tensor, w.out, out);
+  be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log, w.dt_bias,
+                    shape, state.ssm.at(state_index), layout, core.tensor);
+  be.matmul_gated_norm(core.tensor, columns(qkvz, conv_dim, value_dim), w.norm,
+                       static_cast<float>(c.rms_norm_eps), w.out, out);
 }
 
 void mlp(const MlpWeights& w, Backend& be, const Tensor& xn, Tensor out) {

@@ -1,5 +1,5 @@
 // CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts with and without its
-// residual norm, gdn_recurrence_gated) give the bits of the ops they replace, run one by one on
+// residual norm, matmul_gated_norm) give the bits of the ops they replace, run one by one on
 // the same GPU, and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "core/device_memory.h"
 #include "core/numeric.h"
 #include "support/cuda_fixture.h"
+#include "support/cuda_weights.h"
 #include "support/random.h"
 #include "support/scoped_env.h"
 
@@ -262,117 +262,55 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
   }
 }
 
-struct GdnCase {
-  Backend::GdnShape shape;
-  bool fused;            // whether the one kernel takes it (value_dim <= 128, a decode-like batch)
-  bool prefill = false;  // one sequence of 27 tokens instead of the three short ones
-};
-
-// The DeltaNet recurrence with its gated norm in one kernel (HIBANA_CUDA_FUSED_GDN_NORM=1): the
-// output and every state slot (the snapshot too) with the bits of gdn_recurrence then
-// gated_rmsnorm, and the CPU's. Three sequences: three tokens (one snapshot), a padding row
-// (slot -1: no state, the norm of zeros), two tokens; z a column range of a wider buffer. The
-// 80B's heads, a value_dim of 96 (a CTA's last columns idle), and 256 (the two kernels); and a
-// 27-token prefill of one sequence (more than 8 tokens a sequence: the two kernels).
-TEST_F(CudaFusedOps, DeltaNetRecurrenceWithItsGatedNormHasTheBitsOfTheTwoOps) {
+// The DeltaNet's output gate and projection from one decode-kernel launch
+// (HIBANA_CUDA_FUSED_MATMUL_NORM=1) have the bits of gated_rmsnorm then the matmul,
+// and the CPU's to rounding: 1 and 2 rows (the packed kernel), 3 and 8; bf16 and fp8; the 80B's
+// [2048, 4096] (8 splits of 512: four heads of 128 each) and heads of 64 over [384, 1024] (2
+// splits); z a column range of a wider buffer (as in the layer). A backend with its op timer on
+// shows gated_rmsnorm gone; 9 rows take the two ops (and the report names no fused op).
+TEST_F(CudaFusedOps, GatedNormInTheMatmulHasTheBitsOfTheNormThenTheMatmul) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  const int64_t slot_count = 4;
-  for (const GdnCase& c : {GdnCase{{16, 32, 128, 128}, true}, GdnCase{{2, 4, 64, 96}, true},
-                           GdnCase{{1, 2, 32, 256}, false}, GdnCase{{2, 4, 64, 96}, false, true}}) {
-    std::vector<int32_t> seq_start = {0, 3, 4, 6}, slots = {2, -1, 0},
-                         snaps = {-1, 3, -1, -1, -1, -1}, cpu_slots = {2, 1, 0},
-                         positions = {10, 11, 12, 5, 7, 8};
-    if (c.prefill) {
-      seq_start = {0, 27};
-      slots = cpu_slots = {2};
-      snaps.assign(27, -1);
-      snaps[5] = 3;
-      positions.resize(27);
-      std::iota(positions.begin(), positions.end(), 0);
-    }
-    const int64_t T = static_cast<int64_t>(positions.size()),
-                  S = static_cast<int64_t>(slots.size());
-    const Backend::GdnShape& g = c.shape;
-    SCOPED_TRACE(testing::Message() << g.value_heads << " heads of " << g.key_dim << " x "
-                                    << g.value_dim << (c.prefill ? ", a prefill" : ""));
-    const int64_t C = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim,
-                  V = g.value_heads * g.value_dim, zw = V + 8,
-                  per_slot = g.value_heads * g.key_dim * g.value_dim;
-    const std::vector<float> qkv = randn(T * C, 41), b = randn(T * g.value_heads, 42),
-                             a = randn(T * g.value_heads, 43), A_log = randn(g.value_heads, 44),
-                             dt = randn(g.value_heads, 45), z = randn(T * zw, 46),
-                             norm = randn(g.value_dim, 47),
-                             states0 = randn(slot_count * per_slot, 48, 0.1f);
-    auto layout_on = [&](bool device) {
-      BatchLayout l;
-      l.num_tokens = T;
-      l.num_seqs = S;
-      l.gdn_mode = GdnMode::recurrent;
-      l.positions = ints(positions, device);
-      l.seq_start = ints(seq_start, device);
-      l.state_slot = ints(device ? slots : cpu_slots, device);
-      l.snapshot_slot = ints(snaps, device);
-      return l;
-    };
-    const BatchLayout dl = layout_on(true);
-    const Tensor qd = upload(qkv.data(), DType::f32, {T, C}),
-                 bd = upload(b.data(), DType::f32, {T, g.value_heads}),
-                 ad = upload(a.data(), DType::f32, {T, g.value_heads}),
-                 Ad = upload(A_log.data(), DType::f32, {g.value_heads}),
-                 dd = upload(dt.data(), DType::f32, {g.value_heads}),
-                 zd = first_columns(upload(z.data(), DType::f32, {T, zw}), V),
-                 nd = upload(norm.data(), DType::f32, {g.value_dim});
-    struct Run {
-      Tensor out, states;
-    };
-    auto run_gpu = [&](bool fused) {
-      Run r{device_f32(T, V), upload(states0.data(), DType::f32,
-                                     {slot_count, g.value_heads, g.key_dim, g.value_dim})};
-      timed->timing_report();  // (forgets the ops before)
-      if (fused) {
-        ScopedEnv on("HIBANA_CUDA_FUSED_GDN_NORM", "1");
-        timed->gdn_recurrence_gated(qd, bd, ad, Ad, dd, g, r.states, dl, zd, nd, 1e-6f, r.out);
+  for (auto [N, K, G] : {std::tuple<int64_t, int64_t, int64_t>{2048, 4096, 128}, {384, 1024, 64}}) {
+    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K << ", heads of "
+                                      << G);
+      const test::TestWeight w = test::make_weight(*this, dtype, N, K, 41);
+      const int64_t zw = K + 24;  // z's row pitch
+      const std::vector<float> x = randn(9 * K, 42), z = randn(9 * zw, 43),
+                               norm = randn(G, 44, 0.5f);
+      const Tensor zall = upload(z.data(), DType::f32, {9, zw}), nd = upload(norm.data(), DType::f32, {G});
+      for (int64_t m : {1, 2, 3, 8, 9}) {
+        SCOPED_TRACE(testing::Message() << m << " rows");
+        const Tensor zd = first_columns(zall, K).slice_rows(0, m);
+        // Each way gets its own copy of x (the unfused way normalises it in place).
+        Tensor x1 = upload(x.data(), DType::f32, {m, K}), x2 = upload(x.data(), DType::f32, {m, K});
+        Tensor apart = device_f32(m, N), fused = device_f32(m, N);
+        timed->timing_report();  // (forgets the ops before)
+        {
+          ScopedEnv off("HIBANA_CUDA_FUSED_MATMUL_NORM", "0");
+          timed->matmul_gated_norm(x1, zd, nd, 1e-6f, w.dev, apart);
+          EXPECT_NE(timed->timing_report().find("gated_rmsnorm"), std::string::npos);
+        }
+        {
+          ScopedEnv on("HIBANA_CUDA_FUSED_MATMUL_NORM", "1");
+          timed->matmul_gated_norm(x2, zd, nd, 1e-6f, w.dev, fused);
+        }
         const std::string ops = timed->timing_report();
-        EXPECT_EQ(ops.find("gated_rmsnorm") == std::string::npos, c.fused) << ops;
-      } else {
-        timed->Backend::gdn_recurrence_gated(qd, bd, ad, Ad, dd, g, r.states, dl, zd, nd, 1e-6f,
-                                             r.out);
-      }
-      return r;
-    };
-    const Run parts = run_gpu(false), fused = run_gpu(true);
-    expect_same_bytes({{"out", fused.out, parts.out}, {"states", fused.states, parts.states}});
-
-    // The CPU (the padding row's sequence in slot 1, which nothing else uses, and left out).
-    std::vector<float> q1 = qkv, b1 = b, a1 = a, A1 = A_log, dt1 = dt, z1 = z, n1 = norm,
-                       st = states0, out(T * V);
-    Tensor zc(z1.data(), DType::f32, {T, zw});
-    cpu->gdn_recurrence_gated(
-        Tensor(q1.data(), DType::f32, {T, C}), Tensor(b1.data(), DType::f32, {T, g.value_heads}),
-        Tensor(a1.data(), DType::f32, {T, g.value_heads}),
-        Tensor(A1.data(), DType::f32, {g.value_heads}),
-        Tensor(dt1.data(), DType::f32, {g.value_heads}), g,
-        Tensor(st.data(), DType::f32, {slot_count, g.value_heads, g.key_dim, g.value_dim}),
-        layout_on(false), first_columns(zc, V), Tensor(n1.data(), DType::f32, {g.value_dim}), 1e-6f,
-        Tensor(out.data(), DType::f32, {T, V}));
-    const std::vector<float> gout = download(fused.out), gst = download(fused.states);
-    float worst = 0.0f;
-    for (int64_t t = 0; t < T; ++t) {
-      if (!c.prefill && t == 3) continue;  // the padding row
-      for (int64_t i = 0; i < V; ++i) {
-        worst = std::max(worst, std::fabs(gout[t * V + i] - out[t * V + i]));
+        EXPECT_EQ(ops.find("gated_rmsnorm") == std::string::npos, m <= 8) << ops;
+        EXPECT_EQ(ops.find("matmul_gated_norm") != std::string::npos, m <= 8) << ops;
+        const std::vector<float> a = download(apart), f = download(fused);
+        EXPECT_EQ(std::memcmp(a.data(), f.data(), a.size() * sizeof(float)), 0);
+        std::vector<float> xc(x.begin(), x.begin() + m * K), zc(m * K), ref(m * N);
+        for (int64_t r = 0; r < m; ++r) std::copy_n(z.begin() + r * zw, K, zc.begin() + r * K);
+        std::vector<float> nc = norm;
+        cpu->matmul_gated_norm(Tensor(xc.data(), DType::f32, {m, K}),
+                               Tensor(zc.data(), DType::f32, {m, K}),
+                               Tensor(nc.data(), DType::f32, {G}), 1e-6f, w.host,
+                               Tensor(ref.data(), DType::f32, {m, N}));
+        EXPECT_LT(max_abs_diff(f, ref), 1e-4f);
       }
     }
-    for (int64_t slot : {0, 2, 3}) {
-      for (int64_t i = slot * per_slot; i < (slot + 1) * per_slot; ++i) {
-        worst = std::max(worst, std::fabs(gst[i] - st[i]));
-      }
-    }
-    EXPECT_LT(worst, 1e-3f);
-    // Slot 1 (nobody's on the GPU) kept its bits.
-    EXPECT_EQ(
-        std::memcmp(gst.data() + per_slot, states0.data() + per_slot, per_slot * sizeof(float)), 0);
   }
 }
 

@@ -261,6 +261,13 @@ __device__ __forceinline__ float rms_inverse(float ss, float n, float eps) {
 // kernel's and the fused kernels' arithmetic (the same bits wherever the values come from).
 // The output pass loads four values per lane before it stores any (a store may alias a later
 // load, so interleaving them would make each load wait for the one before: y may be x).
+// One value of a normalised group (inv: rms_inverse of the group's squares).
+template <bool kGated>
+__device__ __forceinline__ float norm_value(float x, float w, float z, float inv,
+                                            bool zero_centred) {
+  const float v = zero_centred ? (x * inv) * (1.0f + w) : w * (x * inv);
+  return kGated ? silu_mul_f(z, v) : v;  // (explicit roundings: see silu_mul_f)
+}
 template <bool kGated, typename X, typename Z, typename W>
 __device__ __forceinline__ void norm_group_warp(X x, Z z, W w, float eps, bool zero_centred,
                                                 int64_t G, float* y, int lane) {
@@ -283,9 +290,7 @@ __device__ __forceinline__ void norm_group_warp(X x, Z z, W w, float eps, bool z
     for (int q = 0; q < kChunk; ++q) {
       const int64_t i = i0 + 32 * q;
       if (i >= G) break;
-      float v = zero_centred ? (xv[q] * inv) * (1.0f + wv[q]) : wv[q] * (xv[q] * inv);
-      if constexpr (kGated) v = silu_mul_f(zv[q], v);  // (explicit roundings: see silu_mul_f)
-      y[i] = v;
+      y[i] = norm_value<kGated>(xv[q], wv[q], kGated ? zv[q] : 0.0f, inv, zero_centred);
     }
   }
 }

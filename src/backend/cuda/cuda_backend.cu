@@ -223,10 +223,12 @@ bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); 
 // +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0
 // turns it off. Read at every call (tests switch it), as the others.
 bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
-// HIBANA_CUDA_FUSED_GDN_NORM=1: the DeltaNet recurrence applies the gated norm to its output
-// (a CTA per value head instead of per 32 columns), one launch fewer per DeltaNet layer (the
-// same bits). Off: 80B decode 2.1% slower at batch 1 (32 CTAs hold the state where 128 did).
-bool fused_gdn_norm() { return knob_on("HIBANA_CUDA_FUSED_GDN_NORM", false); }
+// HIBANA_CUDA_FUSED_MATMUL_NORM=1: the DeltaNet's output projection applies the gated norm as its
+// decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off
+// until measured. (The norm inside the recurrence instead, a CTA per value head where 128 CTAs
+// held the state, was 2.1% slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth
+// slice; it is gone.)
+bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
 // HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
 // bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
@@ -435,17 +437,13 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "gated_rmsnorm");
     cuda::gated_rmsnorm(x, z, w, eps, out);
   }
-  void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a,
-                            const Tensor& A_log, const Tensor& dt_bias, const GdnShape& shape,
-                            Tensor states, const BatchLayout& layout, const Tensor& z,
-                            const Tensor& norm, float eps, Tensor out) override {
-    if (fused_gdn_norm() && cuda::gdn_gated_fits(shape, norm, layout)) {
-      Timed timed(timer_, "gdn_recurrence_gated");
-      return cuda::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm,
-                                        eps, out);
+  void matmul_gated_norm(Tensor x, const Tensor& z, const Tensor& norm, float eps,
+                         const Weight& w, Tensor out) override {
+    if (fused_matmul_norm() && cuda::matmul_gated_norm_fits(x, norm, w)) {
+      Timed timed(timer_, "matmul_gated_norm");
+      return cuda::matmul_gated_norm(x, z, norm, eps, w, out);
     }
-    Backend::gdn_recurrence_gated(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm, eps,
-                                  out);
+    Backend::matmul_gated_norm(x, z, norm, eps, w, out);
   }
   void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                  Tensor ids, Tensor weights) override {

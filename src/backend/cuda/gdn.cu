@@ -18,7 +18,6 @@ constexpr int kMaxConvWindow = 8;
 constexpr int kCols = 32;            // state columns (value dims) per CTA
 constexpr int kQuarters = 4;         // row groups per column
 constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
-constexpr int kMaxGatedWidth = 128;  // value_dim the recurrence with its gated norm takes
 
 // A channel's taps, constants loaded before a kernel waits for the previous one: those on the
 // window (up to the largest, zero past a shorter one's) in wc, the one on the new input in
@@ -200,52 +199,26 @@ __global__ void conv_state_kernel(const float* x, int64_t ldx, int K, float* sta
 
 using gdn::RecParams;
 
-// CTA = (sequence, value head, kBlocks * 32 state columns); thread = (column block, column,
-// quarter of the key rows). Per token, before the delta rule, the CTA prepares its inputs
+// CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows). Per token, before the delta rule, the CTA prepares its inputs
 // itself (once separate kernels, with the same operations): warp 0 L2-normalises the key head's
 // q (times dk^-1/2), warp 1 its k, into shared memory; thread 64 takes the gates, beta =
 // sigmoid(b) and decay = exp(-exp(A_log) * softplus(a + dt_bias)). Every load of a token is
 // issued before the barrier that frees the shared arrays, so a token costs one round trip to
-// memory. kNorm (kBlocks * 32 >= dv: a CTA holds its head's whole output): warp 0 then applies
-// the gated norm to the head's output row (gated_rmsnorm's arithmetic, norm_group_warp), and
-// only the normed row is stored. p.part: the tokens before or after the sequence's whole aligned
-// chunks only (the chunked kernel's, launched between the two), or all.
-template <int kBlocks, bool kNorm>
-__global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(RecParams p) {
-  constexpr int kWidth = kBlocks * kCols;  // state columns per CTA
+// memory. p.part: the tokens before or after the sequence's whole aligned chunks only (the
+// chunked kernels', launched between the two), or all.
+__global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p) {
   const int64_t s = blockIdx.x, h = blockIdx.y;
-  const int col = threadIdx.x % kCols, quarter = (threadIdx.x / kCols) % kQuarters;
-  const int blk = threadIdx.x / (kCols * kQuarters), here = blk * kCols + col;
+  const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t c = static_cast<int64_t>(blockIdx.z) * kWidth + here;
+  const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
   const float ea = expf(p.A_log[h]), dt_bias = p.dt_bias[h];  // constants: before the wait
-  __shared__ float qsh[128], ksh[128], red[kBlocks][kQuarters][kCols], gate[2];
-  __shared__ float osh[kNorm ? kWidth : 1], zsh[kNorm ? kWidth : 1], wsh[kNorm ? kWidth : 1];
+  __shared__ float qsh[128], ksh[128], red[kQuarters][kCols], gate[2];
   const bool active = c < p.dv;
-  if constexpr (kNorm) {
-    if (quarter == 0) wsh[here] = active ? p.norm[c] : 0.0f;  // (read past the barriers below)
-  }
   pdl_start();
   const int32_t slot = p.slots[s];
   int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
-  // The gated norm of token t's output row held in osh (warp 0; z from zsh, or from memory
-  // for a padding row's zeros).
-  auto norm_row = [&](int64_t t, auto x, auto z) {
-    norm_group_warp<true>(
-        x, z, [&](int64_t i) { return wsh[i]; }, p.eps, false, p.dv, p.out + t * p.ldo + h * p.dv,
-        lane);
-  };
   if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
-    if constexpr (kNorm) {
-      __syncthreads();  // wsh
-      if (warp == 0) {
-        for (int64_t t = t_first; t < t_end; ++t) {
-          const float* zr = p.z + t * p.ldz + h * p.dv;
-          norm_row(
-              t, [](int64_t) { return 0.0f; }, [&](int64_t i) { return zr[i]; });
-        }
-      }
-    } else if (quarter == 0 && active) {
+    if (quarter == 0 && active) {
       for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * p.dv + c] = 0.0f;
     }
     return;
@@ -282,12 +255,8 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
     const float bv = threadIdx.x == 64 ? p.b[t * p.ldb + h] : 0.0f;
     const float av = threadIdx.x == 64 ? p.a[t * p.lda + h] : 0.0f;
     const float v = active ? row[2 * p.nk * dk + h * dv + c] : 0.0f;
-    const float zv = kNorm && quarter == 0 && active ? p.z[t * p.ldz + h * dv + c] : 0.0f;
     const int32_t snap_slot = p.snaps[t];
     __syncthreads();  // the previous token is done with the shared arrays
-    if constexpr (kNorm) {
-      if (quarter == 0) zsh[here] = zv;
-    }
     if (warp < 2) {
       const float inv = gdn::l2_inverse(xv, lane, dk);
 #pragma unroll
@@ -316,11 +285,11 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
         part = fmaf(ksh[i], st[r], part);
       }
     }
-    red[blk][quarter][col] = part;
+    red[quarter][col] = part;
     __syncthreads();
     float kv = 0.0f;
 #pragma unroll
-    for (int qd = 0; qd < kQuarters; ++qd) kv += red[blk][qd][col];
+    for (int qd = 0; qd < kQuarters; ++qd) kv += red[qd][col];
     const float delta = (v - kv) * beta;
     float o = 0.0f;
 #pragma unroll
@@ -332,17 +301,13 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       }
     }
     __syncthreads();
-    red[blk][quarter][col] = o;
+    red[quarter][col] = o;
     __syncthreads();
     if (quarter == 0 && active) {
       float sum = 0.0f;
 #pragma unroll
-      for (int qd = 0; qd < kQuarters; ++qd) sum += red[blk][qd][col];
-      if constexpr (kNorm) {
-        osh[here] = sum;
-      } else {
-        p.out[t * p.ldo + h * dv + c] = sum;
-      }
+      for (int qd = 0; qd < kQuarters; ++qd) sum += red[qd][col];
+      p.out[t * p.ldo + h * dv + c] = sum;
     }
     if (snap_slot >= 0 && active) {
       float* snap = p.states + (static_cast<int64_t>(snap_slot) * p.nv + h) * dk * dv;
@@ -350,13 +315,6 @@ __global__ void __launch_bounds__(kBlocks* kCols* kQuarters) recurrent_kernel(Re
       for (int r = 0; r < kMaxRows; ++r) {
         const int64_t i = r0 + r;
         if (r < rows_per && i < dk) snap[i * dv + c] = st[r];
-      }
-    }
-    if constexpr (kNorm) {
-      __syncthreads();  // the head's output row is in osh
-      if (warp == 0) {
-        norm_row(
-            t, [&](int64_t i) { return osh[i]; }, [&](int64_t i) { return zsh[i]; });
       }
     }
   }
@@ -417,12 +375,11 @@ bool chunked_pass(const BatchLayout& layout) {
          knob_on("HIBANA_CUDA_GDN_CHUNKED", true);
 }
 
-// The recurrence's launch: with a norm (z and norm not empty), the gated norm's too, in a CTA
-// per head.
-void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
-                       const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
-                       const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
-                       Tensor out) {
+}  // namespace
+
+void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
+                    const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
+                    const BatchLayout& layout, Tensor out) {
   const int64_t nk = shape.key_heads, nv = shape.value_heads, dk = shape.key_dim,
                 dv = shape.value_dim, T = layout.num_tokens;
   check(nv % nk == 0, ErrorKind::internal, "gdn: value heads not a multiple of key heads");
@@ -450,62 +407,19 @@ void launch_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, cons
   p.dv = dv;
   p.out = out.ptr<float>();
   p.ldo = ld(out);
-  const dim3 heads(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv), 1);
-  if (!norm.empty()) {
-    p.z = z.ptr<float>();
-    p.ldz = ld(z);
-    p.norm = norm.ptr<float>();
-    p.eps = eps;
-    constexpr int kBlocks = kMaxGatedWidth / kCols;
-    launch_pdl(recurrent_kernel<kBlocks, true>, heads, kBlocks * kCols * kQuarters, 0, p);
-    launched("recurrent_gated_kernel");
-    return;
-  }
-  dim3 grid = heads;
-  grid.z = static_cast<unsigned>((dv + kCols - 1) / kCols);
+  const dim3 grid(static_cast<unsigned>(layout.num_seqs), static_cast<unsigned>(nv),
+                  static_cast<unsigned>((dv + kCols - 1) / kCols));
   // A chunked pass: the recurrent kernel for the tokens before each sequence's chunks, the
-  // chunked one, the recurrent one for the tokens after.
+  // chunked form, the recurrent kernel for the tokens after.
   const bool chunked = chunked_pass(layout);
   p.part = chunked ? gdn::Part::before_chunks : gdn::Part::all;
-  launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
+  launch_pdl(recurrent_kernel, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");
   if (!chunked) return;
   gdn::launch_chunked(p, layout.num_seqs, T);
   p.part = gdn::Part::after_chunks;
-  launch_pdl(recurrent_kernel<1, false>, grid, kCols * kQuarters, 0, p);
+  launch_pdl(recurrent_kernel, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");
-}
-
-}  // namespace
-
-void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
-                    const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
-                    const BatchLayout& layout, Tensor out) {
-  launch_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, Tensor{}, Tensor{}, 0.0f,
-                    out);
-}
-
-bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm, const BatchLayout& layout) {
-  // Up to 8 tokens a sequence on average (decode, speculative verification): a long prefill's
-  // tokens would each wait for warp 0's norm in the CTA's token chain, where the separate norm
-  // kernel runs over every token at once.
-  // Nor a pass with chunks (chunked_pass): a sequence's chunk takes the chunked form whatever
-  // it is batched with.
-  return shape.value_dim <= kMaxGatedWidth && norm.numel() == shape.value_dim &&
-         layout.num_tokens <= 8 * layout.num_seqs && !chunked_pass(layout);
-}
-
-void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
-                          const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
-                          const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
-                          Tensor out) {
-  const int64_t dv = shape.value_dim, T = layout.num_tokens;
-  check(gdn_gated_fits(shape, norm, layout), ErrorKind::internal,
-        "gdn_recurrence_gated: value_dim above 128, a norm not one head wide or a long prefill");
-  check(z.shape[0] == T && z.shape[1] == shape.value_heads * dv && out.shape[0] == T &&
-            out.shape[1] == shape.value_heads * dv,
-        ErrorKind::internal, "gdn_recurrence_gated: z and out must be [T, value heads * dv]");
-  launch_recurrence(qkv, b, a, A_log, dt_bias, shape, states, layout, z, norm, eps, out);
 }
 
 }  // namespace hibana::cuda

@@ -30,12 +30,6 @@ struct RecParams {
   int64_t nk, nv, dk, dv;
   float* out;
   int64_t ldo;
-  // The gated norm of each head's output (kNorm): out = rmsnorm(o) * norm * silu(z), z [T][nv *
-  // dv] ldz apart, norm [dv].
-  const float* z;
-  int64_t ldz;
-  const float* norm;
-  float eps;
   Part part;
 };
 

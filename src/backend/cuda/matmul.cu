@@ -431,4 +431,37 @@ void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
   mm::run(p, elt, false, m, 1);  // (the split is the unfused product's: N = 2I)
 }
 
+// The decode kernel's products of up to 8 rows, a weight it takes, whole norm groups of 64 or 128
+// in every split, and one split's activations in shared memory.
+bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w) {
+  const int64_t rows = x.shape[0], G = norm.numel();
+  if (rows < 1 || rows > 8 || (G != 64 && G != 128) || x.shape[1] % G != 0) return false;
+  if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
+  mm::Params p{};
+  mm::describe_weight(w, p);
+  mm::describe_x(x, p);
+  p.M = rows;
+  const Elt elt = elt_of(w.w.dtype);
+  p.split_len = mm::split_length(p.N, p.K, false);
+  return mm::mma_supports(p, elt) && p.split_len % G == 0 && mm::gemv_x_fits(p, elt, rows);
+}
+
+void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
+                       const Weight& w, Tensor out) {
+  const int64_t m = x.shape[0];
+  check(matmul_gated_norm_fits(x, norm, w), ErrorKind::internal,
+        "matmul_gated_norm: the decode kernel cannot take this product");
+  check(z.shape[0] == m && z.shape[1] == x.shape[1] && z.stride[1] == 1, ErrorKind::internal,
+        "matmul_gated_norm: z is " + z.shape_string() + ", x " + x.shape_string());
+  check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
+        "matmul_gated_norm: output is " + out.shape_string());
+  mm::Params p = plain_params(x, w, out);
+  p.gate_z = z.ptr<float>();
+  p.ldz = z.stride[0];
+  p.norm_w = norm.ptr<float>();
+  p.norm_eps = eps;
+  p.norm_group = static_cast<int>(norm.numel());
+  mm::run(p, elt_of(w.w.dtype), false, m, 1);
+}
+
 }  // namespace hibana::cuda

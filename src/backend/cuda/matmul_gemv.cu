@@ -306,8 +306,49 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
         }
       }
     };
+    // The gated norm (Params::norm_w): a warp per (row, group of G values), norm_group_warp's
+    // arithmetic in registers (value lane + 32 u of the group), each even lane splitting the
+    // pair it holds with its neighbour's value.
+    auto norm_split = [&] {
+      const int G = p.norm_group, per_row = span / G;
+      for (int it = warp; it < x_rows * per_row; it += kWarps) {
+        const int r = it / per_row, k0 = (it - r * per_row) * G;
+        const int64_t xr = x_row_of(r);
+        const float* xs = p.x + (xr >= 0 ? xr * p.ldx : 0) + k_first + k0;
+        const float* zs = p.gate_z + (xr >= 0 ? xr * p.ldz : 0) + k_first + k0;
+        float xv[4], zv[4], wv[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = lane + 32 * u;
+          const bool in = i < G && xr >= 0;
+          xv[u] = in ? xs[i] : 0.0f;
+          zv[u] = in ? zs[i] : 0.0f;
+          wv[u] = i < G ? p.norm_w[i] : 0.0f;
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (lane + 32 * u < G) ss = fmaf(xv[u], xv[u], ss);
+        }
+        const float inv = rms_inverse(warp_sum(ss), static_cast<float>(G), p.norm_eps);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float y = norm_value<true>(xv[u], wv[u], zv[u], inv, false);
+          const float next = __shfl_down_sync(~0u, y, 1);
+          const int i = lane + 32 * u;
+          if ((lane & 1) || i >= G) continue;
+          const Split3 b = split3(y, next);
+          uint32_t* dst = xw + 3 * r * pitch + (k0 + i) / 2;
+          dst[0] = b.h;
+          dst[pitch] = b.m;
+          dst[2 * pitch] = b.l;
+        }
+      }
+    };
     const int per_thread = (items + kWarps * 32 - 1) / (kWarps * 32);
-    if (per_thread <= 1) {
+    if (p.norm_w != nullptr) {
+      norm_split();
+    } else if (per_thread <= 1) {
       split_x(std::integral_constant<int, 1>{});
     } else if (per_thread <= 2) {
       split_x(std::integral_constant<int, 2>{});
@@ -518,7 +559,9 @@ void launch(const Params& p, int groups, int x_rows) {
   const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
   const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
   const bool x_fits = x_bytes <= static_cast<size_t>(kXSharedMax);
-  bool shared_x = x_fits && !(ctas > wave_shared && ctas <= wave_plain);
+  // (The gated norm is applied as the activations are shared: it takes them shared, always.)
+  bool shared_x = x_fits && (p.norm_w != nullptr || !(ctas > wave_shared && ctas <= wave_plain));
+  check(x_fits || p.norm_w == nullptr, ErrorKind::internal, "gated norm: activations too wide");
   // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
@@ -557,6 +600,12 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 }
 
 }  // namespace
+
+bool gemv_x_fits(const Params& p, Elt elt, int64_t rows) {
+  const int pitch = elt == Elt::bf16 ? Gemv<Elt::bf16>::plane_pitch_bytes(p.split_len)
+                                     : Gemv<Elt::fp8>::plane_pitch_bytes(p.split_len);
+  return rows * 3 * pitch <= kXSharedMax;
+}
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // On by default (80B decode +1.7% at batch 1, +0.5% at 8; the 8B's unchanged:

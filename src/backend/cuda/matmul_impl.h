@@ -62,6 +62,14 @@ struct Params {
   // copies can overlap this one's stream where SM slots are free. Never before this kernel's
   // own wait: routing_ready relies on a launch following its predecessor's wait.
   bool release_early;
+  // Decode kernel with shared activations only (null otherwise): the activations it splits are
+  // y = gated_rmsnorm(x, gate_z, norm_w, norm_eps) over groups of norm_group values (64 or 128;
+  // the splits cut no group), computed as it loads them, not x (matmul_gated_norm).
+  const float* gate_z;
+  int64_t ldz;
+  const float* norm_w;
+  float norm_eps;
+  int norm_group;
 };
 
 // True when a grouped launch leaves a group of `rows` rows to another launch.
@@ -195,6 +203,9 @@ void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int group
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),
 // streaming the weights through warp-private rings with no barrier in the loop.
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
+// Whether the decode kernel can hold a plain product's activations of `rows` rows (one split's
+// worth) in shared memory: what the gated norm (Params::norm_w) needs.
+bool gemv_x_fits(const Params& p, Elt elt, int64_t rows);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list).

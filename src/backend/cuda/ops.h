@@ -36,6 +36,13 @@ void matmul(const Tensor& x, const Weight& w, Tensor out);
 // rows); the caller checks first, so an op report names only what ran.
 bool matmul_swiglu_fits(const Tensor& x, const Weight& w, const Tensor& out);
 void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
+// out = gated_rmsnorm(x, z, norm, eps) · wᵀ in one decode-kernel launch, the norm applied as the
+// kernel loads its activations, with the bits of the two ops (x is left as it is), where
+// matmul_gated_norm_fits: at most 8 rows, a weight the tensor-core kernels take, groups (norm
+// width) of 64 or 128 that the product's splits do not cut, and its activations shared.
+bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w);
+void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
+                       const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // fuse_swiglu: where every expert's group fits the decode kernel and gate and up are stacked,
 // that launch also computes silu(gate) * up (matmul_swiglu's way). prefetch_down: the down
@@ -89,13 +96,5 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
                     const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
                     const BatchLayout& layout, Tensor out);
-// gdn_recurrence then gated_rmsnorm(out, z, norm, eps, out), in one kernel with the same bits,
-// where gdn_gated_fits: value_dim up to 128, a norm one head wide, and up to 8 tokens a
-// sequence on average.
-bool gdn_gated_fits(const Backend::GdnShape& shape, const Tensor& norm, const BatchLayout& layout);
-void gdn_recurrence_gated(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& A_log,
-                          const Tensor& dt_bias, const Backend::GdnShape& shape, Tensor states,
-                          const BatchLayout& layout, const Tensor& z, const Tensor& norm, float eps,
-                          Tensor out);
 
 }  // namespace hibana::cuda

@@ -188,6 +188,17 @@ class Backend {
   // carrying the last K-1 inputs per sequence in conv_states [slots, C, K-1].
   virtual void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states,
                         const BatchLayout& layout, Tensor out) = 0;
+  // out = x · wᵀ, then conv_out = gdn_conv of out's first C = conv_w.shape[0] columns (a DeltaNet
+  // layer's input projection and conv). A GPU may apply the conv as its decode kernel stores
+  // the product, with the bits of the two ops.
+  virtual void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w,
+                           Tensor conv_states, const BatchLayout& layout, Tensor out,
+                           Tensor conv_out) {
+    matmul(x, w, out);
+    Tensor in = out;
+    in.shape[1] = conv_w.shape[0];
+    gdn_conv(in, conv_w, conv_states, layout, conv_out);
+  }
   struct GdnShape {
     int64_t key_heads, value_heads, key_dim, value_dim;
   };

@@ -83,26 +83,28 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
   OwnedTensor proj = scratch(be, T, conv_dim + value_dim + 2 * nv), packed[2];
   Tensor qkvz = columns(proj.tensor, 0, conv_dim + value_dim);
   Tensor ba = columns(proj.tensor, conv_dim + value_dim, 2 * nv);
-  if (!w.qkvz_ba.empty()) {  // folded at load and stacked: one matmul
-    be.matmul(xn, w.qkvz_ba, proj.tensor);
-  } else if (!w.qkvz.empty()) {  // Qwen3-Next's packed layout, regrouped unless at load
-    auto project = [&](const Weight& m, const Tensor& order, Tensor dst, OwnedTensor& tmp) {
-      if (order.empty()) return be.matmul(xn, m, dst);
-      tmp = scratch(be, T, m.rows());
-      be.matmul(xn, m, tmp.tensor);
-      be.gather_columns(tmp.tensor, order, dst);
-    };
-    project(w.qkvz, w.qkvz_order, qkvz, packed[0]);
-    project(w.ba, w.ba_order, ba, packed[1]);
-  } else {
-    be.matmul(xn, w.qkv, columns(qkvz, 0, conv_dim));
-    be.matmul(xn, w.z, columns(qkvz, conv_dim, value_dim));
-    be.matmul(xn, w.b, columns(ba, 0, nv));
-    be.matmul(xn, w.a, columns(ba, nv, nv));
-  }
   OwnedTensor conv_out = scratch(be, T, conv_dim);
-  be.gdn_conv(columns(qkvz, 0, conv_dim), w.conv, state.conv.at(state_index), layout,
-              conv_out.tensor);
+  Tensor conv_states = state.conv.at(state_index);
+  if (!w.qkvz_ba.empty()) {  // folded at load and stacked: one matmul, the conv with it
+    be.matmul_conv(xn, w.qkvz_ba, w.conv, conv_states, layout, proj.tensor, conv_out.tensor);
+  } else {
+    if (!w.qkvz.empty()) {  // Qwen3-Next's packed layout, regrouped unless at load
+      auto project = [&](const Weight& m, const Tensor& order, Tensor dst, OwnedTensor& tmp) {
+        if (order.empty()) return be.matmul(xn, m, dst);
+        tmp = scratch(be, T, m.rows());
+        be.matmul(xn, m, tmp.tensor);
+        be.gather_columns(tmp.tensor, order, dst);
+      };
+      project(w.qkvz, w.qkvz_order, qkvz, packed[0]);
+      project(w.ba, w.ba_order, ba, packed[1]);
+    } else {
+      be.matmul(xn, w.qkv, columns(qkvz, 0, conv_dim));
+      be.matmul(xn, w.z, columns(qkvz, conv_dim, value_dim));
+      be.matmul(xn, w.b, columns(ba, 0, nv));
+      be.matmul(xn, w.a, columns(ba, nv, nv));
+    }
+    be.gdn_conv(columns(qkvz, 0, conv_dim), w.conv, conv_states, layout, conv_out.tensor);
+  }
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
   be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log, w.dt_bias,

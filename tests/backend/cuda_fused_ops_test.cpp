@@ -1,5 +1,5 @@
 // CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts with and without its
-// residual norm, matmul_gated_norm) give the bits of the ops they replace, run one by one on
+// residual norm, matmul_conv, matmul_gated_norm) give the bits of the ops they replace, run one by one on
 // the same GPU, and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -258,6 +258,84 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
         }
       }
       EXPECT_LT(worst, 1e-4f);
+    }
+  }
+}
+
+// A DeltaNet layer's input projection with its conv in one decode-kernel launch
+// (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
+// conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows
+// (packed), 3 (one a padding row: slot -1, zero output) and 8; bf16 and fp8; the 80B's [12352,
+// 2048] (two splits: the reducing CTA applies the conv) with its 8192 conv channels, and a
+// [640, 1024] with 512. A prefill-like layout (9 tokens of one sequence) takes the two ops.
+TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  const int64_t taps = 4, W = taps - 1;
+  for (auto [N, K, C] : {std::tuple<int64_t, int64_t, int64_t>{12352, 2048, 8192}, {640, 1024, 512}}) {
+    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K);
+      const test::TestWeight w = test::make_weight(*this, dtype, N, K, 51);
+      const std::vector<float> x = randn(9 * K, 52), cw = randn(C * taps, 53, 0.5f);
+      const Tensor xd = upload(x.data(), DType::f32, {9, K}),
+                   cwd = upload(cw.data(), DType::f32, {C, taps});
+      for (int64_t m : {1, 2, 3, 8, 9}) {
+        SCOPED_TRACE(testing::Message() << m << " rows");
+        const bool decode = m <= 8;  // m = 9: one sequence of 9 tokens
+        const int64_t S = decode ? m : 1, slots = S + 2;
+        std::vector<int32_t> seq_start(S + 1), slot_of(S), snaps(m, -1);
+        for (int64_t i = 0; i <= S; ++i) seq_start[i] = static_cast<int32_t>(decode ? i : i * 9);
+        for (int64_t i = 0; i < S; ++i) slot_of[i] = static_cast<int32_t>(S - 1 - i);
+        if (m >= 3 && decode) slot_of[1] = -1;
+        if (m >= 2) snaps[0] = static_cast<int32_t>(S);
+        const std::vector<float> states0 = randn(slots * C * W, 54);
+        BatchLayout l;
+        l.num_tokens = m;
+        l.num_seqs = S;
+        l.seq_start = ints(seq_start, true);
+        l.state_slot = ints(slot_of, true);
+        l.snapshot_slot = ints(snaps, true);
+        // The product, the conv's outputs and the states, one way.
+        auto run = [&](const char* fused, const char* expect_op) {
+          ScopedEnv knob("HIBANA_CUDA_FUSED_MATMUL_CONV", fused);
+          Tensor out = device_f32(m, N), co = device_f32(m, C),
+                 st = upload(states0.data(), DType::f32, {slots, C, W});
+          timed->timing_report();  // (forgets the ops before)
+          timed->matmul_conv(xd.slice_rows(0, m), w.dev, cwd, st, l, out, co);
+          EXPECT_NE(timed->timing_report().find(expect_op), std::string::npos) << expect_op;
+          std::vector<float> r = download(out), c = download(co), s2 = download(st);
+          r.insert(r.end(), c.begin(), c.end());
+          r.insert(r.end(), s2.begin(), s2.end());
+          return r;
+        };
+        const std::vector<float> apart = run("0", "gdn_conv"),
+                                 fused = run("1", decode ? "matmul_conv" : "gdn_conv");
+        EXPECT_EQ(std::memcmp(apart.data(), fused.data(), apart.size() * sizeof(float)), 0);
+        // The CPU (no padding rows there: row 1 gets the unused slot S - 2, not compared).
+        std::vector<int32_t> cpu_slots = slot_of;
+        if (m >= 3 && decode) cpu_slots[1] = static_cast<int32_t>(S - 2);
+        BatchLayout lc = l;
+        lc.seq_start = ints(seq_start, false);
+        lc.state_slot = ints(cpu_slots, false);
+        lc.snapshot_slot = ints(snaps, false);
+        std::vector<float> x1(x.begin(), x.begin() + m * K), cw1 = cw, st = states0, out(m * N),
+            co(m * C);
+        cpu->matmul_conv(Tensor(x1.data(), DType::f32, {m, K}), w.host,
+                         Tensor(cw1.data(), DType::f32, {C, taps}),
+                         Tensor(st.data(), DType::f32, {slots, C, W}), lc,
+                         Tensor(out.data(), DType::f32, {m, N}), Tensor(co.data(), DType::f32, {m, C}));
+        std::vector<float> ref = out, mine = fused;
+        ref.insert(ref.end(), co.begin(), co.end());
+        ref.insert(ref.end(), st.begin(), st.end());
+        if (m >= 3 && decode) {  // the padding row's conv outputs and the CPU's slot for it
+          std::fill_n(ref.begin() + m * N + C, C, 0.0f);
+          std::fill_n(mine.begin() + m * N + C, C, 0.0f);
+          const int64_t at = m * N + m * C + (S - 2) * C * W;
+          std::fill_n(ref.begin() + at, C * W, 0.0f);
+          std::fill_n(mine.begin() + at, C * W, 0.0f);
+        }
+        EXPECT_LT(max_abs_diff(mine, ref), 1e-4f);
+      }
     }
   }
 }

@@ -229,6 +229,10 @@ bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
 // held the state, was 2.1% slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth
 // slice; it is gone.)
 bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
+// HIBANA_CUDA_FUSED_MATMUL_CONV=1: a DeltaNet layer's input projection applies the conv as its
+// decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). Off
+// until measured.
+bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", false); }
 // HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
 // bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
@@ -436,6 +440,14 @@ class CudaBackend final : public Backend {
                      Tensor out) override {
     Timed timed(timer_, "gated_rmsnorm");
     cuda::gated_rmsnorm(x, z, w, eps, out);
+  }
+  void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,
+                   const BatchLayout& layout, Tensor out, Tensor conv_out) override {
+    if (fused_matmul_conv() && cuda::matmul_conv_fits(x, w, conv_w, layout)) {
+      Timed timed(timer_, "matmul_conv");
+      return cuda::matmul_conv(x, w, conv_w, conv_states, layout, out, conv_out);
+    }
+    Backend::matmul_conv(x, w, conv_w, conv_states, layout, out, conv_out);
   }
   void matmul_gated_norm(Tensor x, const Tensor& z, const Tensor& norm, float eps,
                          const Weight& w, Tensor out) override {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/conv_impl.cuh"
 #include "backend/cuda/gdn_impl.h"
 #include "backend/cuda/ops.h"
 
@@ -14,58 +15,9 @@ namespace hibana::cuda {
 
 namespace {
 
-constexpr int kMaxConvWindow = 8;
 constexpr int kCols = 32;            // state columns (value dims) per CTA
 constexpr int kQuarters = 4;         // row groups per column
 constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
-
-// A channel's taps, constants loaded before a kernel waits for the previous one: those on the
-// window (up to the largest, zero past a shorter one's) in wc, the one on the new input in
-// w_last. ok false (a thread past the work): zeros, nothing read.
-__device__ __forceinline__ void load_taps(const float* w, int K, int64_t c, bool ok,
-                                          float (&wc)[kMaxConvWindow], float& w_last) {
-  const int W = K - 1;
-  w_last = 0.0f;
-#pragma unroll
-  for (int j = 0; j <= kMaxConvWindow; ++j) {
-    const float v = ok && j < K ? w[c * K + j] : 0.0f;
-    if (j < kMaxConvWindow) wc[j] = v;
-    if (j == W) w_last = v;
-  }
-}
-
-// One output of the conv: the taps on the window (oldest first), then on the new input xv, as
-// explicit multiply-adds in tap order (what the compiler contracted the old loop into), then
-// SiLU. Both conv kernels compute a token's output here, so they give the same bits.
-__device__ __forceinline__ float conv_out(const float (&wc)[kMaxConvWindow], float w_last,
-                                          const float (&win)[kMaxConvWindow], int W, float xv) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMaxConvWindow; ++j) {
-    if (j < W) acc = fmaf(wc[j], win[j], acc);
-  }
-  return silu_f(fmaf(w_last, xv, acc));
-}
-
-// Shifts xv into the window (ascending: reads before writes).
-__device__ __forceinline__ void conv_shift(float (&win)[kMaxConvWindow], int W, float xv) {
-#pragma unroll
-  for (int j = 0; j < kMaxConvWindow; ++j) {
-    if (j + 1 < W) {
-      win[j] = win[j + 1];
-    } else if (j + 1 == W) {
-      win[j] = xv;
-    }
-  }
-}
-
-// Stores the window into a state slot's W values of channel c.
-__device__ __forceinline__ void conv_store(float* dst, const float (&win)[kMaxConvWindow], int W) {
-#pragma unroll
-  for (int j = 0; j < kMaxConvWindow; ++j) {
-    if (j < W) dst[j] = win[j];
-  }
-}
 
 // One thread per (sequence, channel), walking the sequence's tokens in order: decode, and passes
 // of few tokens per sequence. Taps and window stay in registers.

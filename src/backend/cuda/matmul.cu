@@ -446,6 +446,44 @@ bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w
   return mm::mma_supports(p, elt) && p.split_len % G == 0 && mm::gemv_x_fits(p, elt, rows);
 }
 
+// Decode (one token a sequence, at most 8), a weight the tensor-core kernels take, a conv of up to
+// kFusedConvTaps taps over the first columns.
+bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
+                      const BatchLayout& layout) {
+  const int64_t rows = x.shape[0];
+  if (rows < 1 || rows > 8 || layout.num_tokens != rows || layout.num_seqs != rows) return false;
+  if (conv_w.shape[1] < 1 || conv_w.shape[1] > mm::kFusedConvTaps || conv_w.shape[0] > w.rows())
+    return false;
+  if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
+  mm::Params p{};
+  mm::describe_weight(w, p);
+  mm::describe_x(x, p);
+  p.M = rows;
+  return mm::mma_supports(p, elt_of(w.w.dtype));
+}
+
+void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,
+                 const BatchLayout& layout, Tensor out, Tensor conv_out) {
+  const int64_t m = x.shape[0], C = conv_w.shape[0];
+  check(matmul_conv_fits(x, w, conv_w, layout), ErrorKind::internal,
+        "matmul_conv: the decode kernel cannot take this product");
+  check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
+        "matmul_conv: output is " + out.shape_string());
+  check(conv_out.shape[0] == m && conv_out.shape[1] == C && conv_out.stride[1] == 1 &&
+            conv_states.shape[1] == C && conv_states.shape[2] == conv_w.shape[1] - 1,
+        ErrorKind::internal, "matmul_conv: conv output or states of the wrong shape");
+  mm::Params p = plain_params(x, w, out);
+  p.conv_w = conv_w.ptr<float>();
+  p.conv_k = static_cast<int>(conv_w.shape[1]);
+  p.conv_cols = C;
+  p.conv_states = conv_states.ptr<float>();
+  p.conv_slots = layout.state_slot.ptr<int32_t>();
+  p.conv_snaps = layout.snapshot_slot.ptr<int32_t>();
+  p.conv_out = conv_out.ptr<float>();
+  p.ldco = conv_out.stride[0];
+  mm::run(p, elt_of(w.w.dtype), false, m, 1);
+}
+
 void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
                        const Weight& w, Tensor out) {
   const int64_t m = x.shape[0];

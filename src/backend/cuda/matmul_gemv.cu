@@ -55,6 +55,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cuda/conv_impl.cuh"
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/ops.h"
@@ -104,6 +105,49 @@ struct Gemv {
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
 
+// The DeltaNet conv of the lane's outputs of columns below p.conv_cols (Params::conv_w), after
+// they are stored: every element's slot, snapshot slot and taps loaded at once, then every
+// window, then each output with conv_out's arithmetic (conv_kernel's bits).
+template <int kOut>
+__device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&orow)[kOut],
+                                             const int64_t (&col)[kOut], const float (&v)[kOut]) {
+  constexpr int N = kFusedConvTaps - 1;
+  const int W = p.conv_k - 1;
+  int32_t slot[kOut], snap[kOut];
+  float wc[kOut][N], w_last[kOut], win[kOut][N];
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) {
+    const bool ok = orow[i] >= 0 && col[i] < p.conv_cols;
+    slot[i] = ok ? p.conv_slots[orow[i]] : -1;
+    snap[i] = ok ? p.conv_snaps[orow[i]] : -1;
+    load_taps(p.conv_w, p.conv_k, ok ? col[i] : 0, ok, wc[i], w_last[i]);
+    if (!ok) slot[i] = -2;  // (no output at all)
+  }
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) {
+    const float* st = p.conv_states + (max(slot[i], 0) * p.conv_cols + col[i]) * W;
+#pragma unroll
+    for (int j = 0; j < N; ++j) win[i][j] = slot[i] >= 0 && j < W ? st[j] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) {
+    if (slot[i] == -2) continue;
+    float* o = p.conv_out + orow[i] * p.ldco + col[i];
+    if (slot[i] < 0) {  // a padding row of a captured decode batch: no state, zero output
+      *o = 0.0f;
+      continue;
+    }
+    *o = conv_out(wc[i], w_last[i], win[i], W, v[i]);
+    conv_shift(win[i], W, v[i]);
+    conv_store(p.conv_states + (static_cast<int64_t>(slot[i]) * p.conv_cols + col[i]) * W, win[i],
+               W);
+    if (snap[i] >= 0) {
+      conv_store(p.conv_states + (static_cast<int64_t>(snap[i]) * p.conv_cols + col[i]) * W,
+                 win[i], W);
+    }
+  }
+}
+
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
 // tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
@@ -139,6 +183,7 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
       for (int i = 0; i < 4; ++i) {
         if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = sum[i];
       }
+      if (p.conv_w != nullptr) conv_outputs(p, orow, col, sum);
     }
   };
   if (p.splits == 1) return store(total);

@@ -70,7 +70,22 @@ struct Params {
   const float* norm_w;
   float norm_eps;
   int norm_group;
+  // Decode kernel, plain products of one token a sequence (null otherwise): output columns below
+  // conv_cols also go through the DeltaNet's conv (conv_impl.cuh, kernel size conv_k up to
+  // kFusedConvTaps) into conv_out, row m being sequence m: its carried window in conv_states at
+  // slot conv_slots[m] (none: a zero output), a snapshot at conv_snaps[m] (matmul_conv).
+  const float* conv_w;
+  int conv_k;
+  int64_t conv_cols;
+  float* conv_states;
+  const int32_t* conv_slots;
+  const int32_t* conv_snaps;
+  float* conv_out;
+  int64_t ldco;
 };
+
+// The largest conv kernel the decode matmul applies (its windows sit in registers).
+constexpr int kFusedConvTaps = 5;
 
 // True when a grouped launch leaves a group of `rows` rows to another launch.
 __device__ __forceinline__ bool not_my_group(const Params& p, int64_t rows) {

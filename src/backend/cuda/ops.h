@@ -40,6 +40,13 @@ void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
 // kernel loads its activations, with the bits of the two ops (x is left as it is), where
 // matmul_gated_norm_fits: at most 8 rows, a weight the tensor-core kernels take, groups (norm
 // width) of 64 or 128 that the product's splits do not cut, and its activations shared.
+// out = x · wᵀ and conv_out = gdn_conv of out's first conv_w.shape[0] columns, in one
+// decode-kernel launch with the bits of the two ops, where matmul_conv_fits: one token a sequence
+// (at most 8), a weight the tensor-core kernels take, a kernel of at most 5 taps.
+bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
+                      const BatchLayout& layout);
+void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,
+                 const BatchLayout& layout, Tensor out, Tensor conv_out);
 bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w);
 void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
                        const Weight& w, Tensor out);

@@ -1,6 +1,6 @@
 // CUDA ops that fuse several Backend ops (attention_prep, moe_route_experts with and without its
-// residual norm, matmul_conv, matmul_gated_norm) give the bits of the ops they replace, run one by one on
-// the same GPU, and match the CPU. Skipped without a GPU.
+// residual norm, matmul_conv, matmul_gated_norm) give the bits of the ops they replace, run one by
+// one on the same GPU, and match the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -272,7 +272,8 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
   const int64_t taps = 4, W = taps - 1;
-  for (auto [N, K, C] : {std::tuple<int64_t, int64_t, int64_t>{12352, 2048, 8192}, {640, 1024, 512}}) {
+  for (auto [N, K, C] :
+       {std::tuple<int64_t, int64_t, int64_t>{12352, 2048, 8192}, {640, 1024, 512}}) {
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K);
       const test::TestWeight w = test::make_weight(*this, dtype, N, K, 51);
@@ -319,11 +320,11 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         lc.state_slot = ints(cpu_slots, false);
         lc.snapshot_slot = ints(snaps, false);
         std::vector<float> x1(x.begin(), x.begin() + m * K), cw1 = cw, st = states0, out(m * N),
-            co(m * C);
-        cpu->matmul_conv(Tensor(x1.data(), DType::f32, {m, K}), w.host,
-                         Tensor(cw1.data(), DType::f32, {C, taps}),
-                         Tensor(st.data(), DType::f32, {slots, C, W}), lc,
-                         Tensor(out.data(), DType::f32, {m, N}), Tensor(co.data(), DType::f32, {m, C}));
+                                                             co(m * C);
+        cpu->matmul_conv(
+            Tensor(x1.data(), DType::f32, {m, K}), w.host,
+            Tensor(cw1.data(), DType::f32, {C, taps}), Tensor(st.data(), DType::f32, {slots, C, W}),
+            lc, Tensor(out.data(), DType::f32, {m, N}), Tensor(co.data(), DType::f32, {m, C}));
         std::vector<float> ref = out, mine = fused;
         ref.insert(ref.end(), co.begin(), co.end());
         ref.insert(ref.end(), st.begin(), st.end());
@@ -351,13 +352,14 @@ TEST_F(CudaFusedOps, GatedNormInTheMatmulHasTheBitsOfTheNormThenTheMatmul) {
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
   for (auto [N, K, G] : {std::tuple<int64_t, int64_t, int64_t>{2048, 4096, 128}, {384, 1024, 64}}) {
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K << ", heads of "
-                                      << G);
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(dtype) << " " << N << " x " << K << ", heads of " << G);
       const test::TestWeight w = test::make_weight(*this, dtype, N, K, 41);
       const int64_t zw = K + 24;  // z's row pitch
       const std::vector<float> x = randn(9 * K, 42), z = randn(9 * zw, 43),
                                norm = randn(G, 44, 0.5f);
-      const Tensor zall = upload(z.data(), DType::f32, {9, zw}), nd = upload(norm.data(), DType::f32, {G});
+      const Tensor zall = upload(z.data(), DType::f32, {9, zw}),
+                   nd = upload(norm.data(), DType::f32, {G});
       for (int64_t m : {1, 2, 3, 8, 9}) {
         SCOPED_TRACE(testing::Message() << m << " rows");
         const Tensor zd = first_columns(zall, K).slice_rows(0, m);

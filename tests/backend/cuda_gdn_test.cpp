@@ -148,8 +148,8 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
   slot_of[4] = -1;
   const int64_t T = seq_start.back();
   std::vector<int32_t> snaps(T, -1);
-  snaps[seq_start[2] + 130] = static_cast<int32_t>(S);      // mid-sequence
-  snaps[seq_start[3] + 1] = static_cast<int32_t>(S + 1);    // inside the window's reach
+  snaps[seq_start[2] + 130] = static_cast<int32_t>(S);    // mid-sequence
+  snaps[seq_start[3] + 1] = static_cast<int32_t>(S + 1);  // inside the window's reach
   ASSERT_GE(T, 32 * S) << "the pass must take the token-parallel kernel";
   for (const int64_t K : {int64_t{4}, int64_t{2}, int64_t{9}}) {
     SCOPED_TRACE(testing::Message() << "kernel " << K);
@@ -162,7 +162,8 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
     l.seq_start = ints(seq_start, true);
     l.state_slot = ints(slot_of, true);
     l.snapshot_slot = ints(snaps, true);
-    const Tensor xd = upload(x.data(), DType::f32, {T, C}), wd = upload(w.data(), DType::f32, {C, K});
+    const Tensor xd = upload(x.data(), DType::f32, {T, C}),
+                 wd = upload(w.data(), DType::f32, {C, K});
     auto run = [&](const char* by_tokens) {
       ScopedEnv knob("HIBANA_CUDA_CONV_TOKENS", by_tokens);
       Tensor out = device_f32(T, C), st = upload(states0.data(), DType::f32, {slots, C, W});

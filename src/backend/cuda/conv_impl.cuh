@@ -13,8 +13,8 @@ constexpr int kMaxConvWindow = 8;  // the most carried inputs (kernel size 9)
 // w_last. ok false (a thread past the work): zeros, nothing read.
 // (Arrays of N >= K - 1 values: the same bits for every N.)
 template <int N = kMaxConvWindow>
-__device__ __forceinline__ void load_taps(const float* w, int K, int64_t c, bool ok,
-                                          float (&wc)[N], float& w_last) {
+__device__ __forceinline__ void load_taps(const float* w, int K, int64_t c, bool ok, float (&wc)[N],
+                                          float& w_last) {
   const int W = K - 1;
   w_last = 0.0f;
 #pragma unroll

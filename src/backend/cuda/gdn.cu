@@ -15,9 +15,9 @@ namespace hibana::cuda {
 
 namespace {
 
-constexpr int kCols = 32;            // state columns (value dims) per CTA
-constexpr int kQuarters = 4;         // row groups per column
-constexpr int kMaxRows = 32;         // key dims per thread: key_dim <= 128
+constexpr int kCols = 32;     // state columns (value dims) per CTA
+constexpr int kQuarters = 4;  // row groups per column
+constexpr int kMaxRows = 32;  // key dims per thread: key_dim <= 128
 
 // One thread per (sequence, channel), walking the sequence's tokens in order: decode, and passes
 // of few tokens per sequence. Taps and window stay in registers.
@@ -116,8 +116,8 @@ __global__ void conv_tokens_kernel(const float* x, int64_t ldx, const float* w, 
       while (t >= seq_start[s + 1]) ++s;
       t_next = seq_start[s + 1];
       slot = slots[s];
-      if (slot >= 0) conv_window(x, ldx, c, states + (static_cast<int64_t>(slot) * C + c) * W,
-                                 W, t, t, win);
+      if (slot >= 0)
+        conv_window(x, ldx, c, states + (static_cast<int64_t>(slot) * C + c) * W, W, t, t, win);
     }
     if (slot < 0) {  // a padding row: no state, zero output
       out[t * ldo + c] = 0.0f;
@@ -151,13 +151,13 @@ __global__ void conv_state_kernel(const float* x, int64_t ldx, int K, float* sta
 
 using gdn::RecParams;
 
-// CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows). Per token, before the delta rule, the CTA prepares its inputs
-// itself (once separate kernels, with the same operations): warp 0 L2-normalises the key head's
-// q (times dk^-1/2), warp 1 its k, into shared memory; thread 64 takes the gates, beta =
-// sigmoid(b) and decay = exp(-exp(A_log) * softplus(a + dt_bias)). Every load of a token is
-// issued before the barrier that frees the shared arrays, so a token costs one round trip to
-// memory. p.part: the tokens before or after the sequence's whole aligned chunks only (the
-// chunked kernels', launched between the two), or all.
+// CTA = (sequence, value head, 32 state columns); thread = (column, quarter of the key rows). Per
+// token, before the delta rule, the CTA prepares its inputs itself (once separate kernels, with the
+// same operations): warp 0 L2-normalises the key head's q (times dk^-1/2), warp 1 its k, into
+// shared memory; thread 64 takes the gates, beta = sigmoid(b) and decay = exp(-exp(A_log) *
+// softplus(a + dt_bias)). Every load of a token is issued before the barrier that frees the shared
+// arrays, so a token costs one round trip to memory. p.part: the tokens before or after the
+// sequence's whole aligned chunks only (the chunked kernels', launched between the two), or all.
 __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p) {
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const int col = threadIdx.x % kCols, quarter = threadIdx.x / kCols;

@@ -39,10 +39,10 @@ constexpr int kWindow = 32;  // chunks a prepare pass takes (bounds its scratch:
 
 // What the prepare pass leaves for the sequential one, per chunk of the window and value head.
 struct alignas(16) Prepared {
-  float w[kChunk][kMaxDk];    // W = T (kb exp(gam))
-  float u[kChunk][kMaxDv];    // U = T (beta v)
-  float qk[kChunk][kChunk];   // (q_i . k_j) exp(gam_i - gam_j), j <= i; zero above
-  float gam[kChunk];          // the running sum of the log decays
+  float w[kChunk][kMaxDk];   // W = T (kb exp(gam))
+  float u[kChunk][kMaxDv];   // U = T (beta v)
+  float qk[kChunk][kChunk];  // (q_i . k_j) exp(gam_i - gam_j), j <= i; zero above
+  float gam[kChunk];         // the running sum of the log decays
 };
 
 // The pass's chunks in order (sequence, then position): chunk c starts at token token[c]; the
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kRows = kChunk / 16, kTileCols = kMaxDk / 16;
   static_assert(kThreads == 256 && kMaxDk == kMaxDv, "prepare tiles");
   float acc[kRows][kTileCols];
-  auto product = [&](auto&& operand, float (*dst)[kMaxDk], int64_t width) {
+  auto product = [&](auto&& operand, float(*dst)[kMaxDk], int64_t width) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll

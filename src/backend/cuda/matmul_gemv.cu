@@ -142,8 +142,8 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
     conv_store(p.conv_states + (static_cast<int64_t>(slot[i]) * p.conv_cols + col[i]) * W, win[i],
                W);
     if (snap[i] >= 0) {
-      conv_store(p.conv_states + (static_cast<int64_t>(snap[i]) * p.conv_cols + col[i]) * W,
-                 win[i], W);
+      conv_store(p.conv_states + (static_cast<int64_t>(snap[i]) * p.conv_cols + col[i]) * W, win[i],
+                 W);
     }
   }
 }

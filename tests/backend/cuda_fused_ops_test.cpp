@@ -290,12 +290,7 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         if (m >= 3 && decode) slot_of[1] = -1;
         if (m >= 2) snaps[0] = static_cast<int32_t>(S);
         const std::vector<float> states0 = randn(slots * C * W, 54);
-        BatchLayout l;
-        l.num_tokens = m;
-        l.num_seqs = S;
-        l.seq_start = ints(seq_start, true);
-        l.state_slot = ints(slot_of, true);
-        l.snapshot_slot = ints(snaps, true);
+        const BatchLayout l = recurrent_layout(m, seq_start, slot_of, snaps, true);
         // The product, the conv's outputs and the states, one way.
         auto run = [&](const char* fused, const char* expect_op) {
           ScopedEnv knob("HIBANA_CUDA_FUSED_MATMUL_CONV", fused);
@@ -315,10 +310,7 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         // The CPU (no padding rows there: row 1 gets the unused slot S - 2, not compared).
         std::vector<int32_t> cpu_slots = slot_of;
         if (m >= 3 && decode) cpu_slots[1] = static_cast<int32_t>(S - 2);
-        BatchLayout lc = l;
-        lc.seq_start = ints(seq_start, false);
-        lc.state_slot = ints(cpu_slots, false);
-        lc.snapshot_slot = ints(snaps, false);
+        const BatchLayout lc = recurrent_layout(m, seq_start, cpu_slots, snaps, false);
         std::vector<float> x1(x.begin(), x.begin() + m * K), cw1 = cw, st = states0, out(m * N),
                                                              co(m * C);
         cpu->matmul_conv(

@@ -156,12 +156,7 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
     const int64_t C = 200, W = K - 1;  // C: channels off a multiple of the block
     const std::vector<float> x = randn(T * C, 61), w = randn(C * K, 62),
                              states0 = randn(slots * C * W, 63);
-    BatchLayout l;
-    l.num_tokens = T;
-    l.num_seqs = S;
-    l.seq_start = ints(seq_start, true);
-    l.state_slot = ints(slot_of, true);
-    l.snapshot_slot = ints(snaps, true);
+    const BatchLayout l = recurrent_layout(T, seq_start, slot_of, snaps, true);
     const Tensor xd = upload(x.data(), DType::f32, {T, C}),
                  wd = upload(w.data(), DType::f32, {C, K});
     auto run = [&](const char* by_tokens) {
@@ -181,10 +176,7 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
     // that slot are not compared).
     std::vector<int32_t> cpu_slots = slot_of;
     cpu_slots[4] = static_cast<int32_t>(S - 1 - 4);
-    BatchLayout lc = l;
-    lc.seq_start = ints(seq_start, false);
-    lc.state_slot = ints(cpu_slots, false);
-    lc.snapshot_slot = ints(snaps, false);
+    const BatchLayout lc = recurrent_layout(T, seq_start, cpu_slots, snaps, false);
     std::vector<float> x1 = x, w1 = w, st = states0, r(T * C);
     cpu->gdn_conv(Tensor(x1.data(), DType::f32, {T, C}), Tensor(w1.data(), DType::f32, {C, K}),
                   Tensor(st.data(), DType::f32, {slots, C, W}), lc,

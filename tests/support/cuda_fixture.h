@@ -42,6 +42,20 @@ class CudaFixture : public testing::Test {
     return device ? upload(v.data(), DType::i32, {n})
                   : Tensor(const_cast<int32_t*>(v.data()), DType::i32, {n});
   }
+  // The layout of a pass's T tokens for the recurrent ops: sequences [seq_start[s],
+  // seq_start[s + 1]) with their state slots and each token's snapshot slot (device copies, or
+  // for the CPU backend views of the vectors).
+  BatchLayout recurrent_layout(int64_t T, const std::vector<int32_t>& seq_start,
+                               const std::vector<int32_t>& slots,
+                               const std::vector<int32_t>& snaps, bool device) {
+    BatchLayout l;
+    l.num_tokens = T;
+    l.num_seqs = static_cast<int64_t>(seq_start.size()) - 1;
+    l.seq_start = ints(seq_start, device);
+    l.state_slot = ints(slots, device);
+    l.snapshot_slot = ints(snaps, device);
+    return l;
+  }
   // A zeroed [rows, cols] f32 device tensor, kept alive by the fixture.
   Tensor device_f32(int64_t rows, int64_t cols) {
     std::vector<float> zeros(rows * cols, 0.0f);

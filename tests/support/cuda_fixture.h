@@ -46,8 +46,8 @@ class CudaFixture : public testing::Test {
   // seq_start[s + 1]) with their state slots and each token's snapshot slot (device copies, or
   // for the CPU backend views of the vectors).
   BatchLayout recurrent_layout(int64_t T, const std::vector<int32_t>& seq_start,
-                               const std::vector<int32_t>& slots,
-                               const std::vector<int32_t>& snaps, bool device) {
+                               const std::vector<int32_t>& slots, const std::vector<int32_t>& snaps,
+                               bool device) {
     BatchLayout l;
     l.num_tokens = T;
     l.num_seqs = static_cast<int64_t>(seq_start.size()) - 1;

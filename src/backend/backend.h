@@ -58,6 +58,8 @@ struct BatchLayout {
   Tensor kv_slot;        // [T] page * page_size + offset that receives the token's K and V
   Tensor state_slot;     // [S] recurrent slot of each sequence (-1 when the model has none)
   Tensor snapshot_slot;  // [T] slot that receives the recurrent state after the token, or -1
+                         // (never a slot of the pass's sequences: kernels read those while
+                         // snapshots are written)
   GdnMode gdn_mode = GdnMode::aligned_chunks;
 };
 

@@ -44,12 +44,6 @@ class CudaFusedOps : public test::CudaFixture {
     copy_to_host(t, v.data());
     return v;
   }
-  // Columns [0, width) of a row-major f32 tensor: a view with the wider row pitch.
-  static Tensor first_columns(const Tensor& t, int64_t width) {
-    Tensor v = t;
-    v.shape[1] = width;
-    return v;
-  }
 };
 
 struct PrepCase {
@@ -266,16 +260,19 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
 // (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
 // conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows
 // (packed), 3 (one a padding row: slot -1, zero output) and 8; bf16 and fp8; the 80B's [12352,
-// 2048] (two splits: the reducing CTA applies the conv) with its 8192 conv channels, and a
-// [640, 1024] with 512. A prefill-like layout (9 tokens of one sequence) takes the two ops.
+// 2048] (two splits: the reducing CTA applies the conv) with its 8192 conv channels and 4 taps,
+// a [640, 1024] (two splits) with 512 and 2 taps, a [640, 512] (one split) with 384 and 5. A
+// prefill-like layout (9 tokens of one sequence) takes the two ops.
 TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
-  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  const int64_t taps = 4, W = taps - 1;
-  for (auto [N, K, C] :
-       {std::tuple<int64_t, int64_t, int64_t>{12352, 2048, 8192}, {640, 1024, 512}}) {
+  const std::unique_ptr<Backend> timed = make_cuda_backend();    // (its timer reads it now)
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // N, K, conv channels, taps
+  for (auto [N, K, C, taps] :
+       {Shape{12352, 2048, 8192, 4}, Shape{640, 1024, 512, 2}, Shape{640, 512, 384, 5}}) {
+    const int64_t W = taps - 1;
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K);
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(dtype) << " " << N << " x " << K << ", " << taps << " taps");
       const test::TestWeight w = test::make_weight(*this, dtype, N, K, 51);
       const std::vector<float> x = randn(9 * K, 52), cw = randn(C * taps, 53, 0.5f);
       const Tensor xd = upload(x.data(), DType::f32, {9, K}),
@@ -294,8 +291,8 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         // The product, the conv's outputs and the states, one way.
         auto run = [&](const char* fused, const char* expect_op) {
           ScopedEnv knob("HIBANA_CUDA_FUSED_MATMUL_CONV", fused);
-          Tensor out = device_f32(m, N), co = device_f32(m, C),
-                 st = upload(states0.data(), DType::f32, {slots, C, W});
+          Tensor out = device_f32(m, N, 1e30f), co = device_f32(m, C, 1e30f),  // (all written)
+              st = upload(states0.data(), DType::f32, {slots, C, W});
           timed->timing_report();  // (forgets the ops before)
           timed->matmul_conv(xd.slice_rows(0, m), w.dev, cwd, st, l, out, co);
           EXPECT_NE(timed->timing_report().find(expect_op), std::string::npos) << expect_op;
@@ -307,6 +304,7 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         const std::vector<float> apart = run("0", "gdn_conv"),
                                  fused = run("1", decode ? "matmul_conv" : "gdn_conv");
         EXPECT_EQ(std::memcmp(apart.data(), fused.data(), apart.size() * sizeof(float)), 0);
+        if (m >= 3 && decode) EXPECT_EQ(fused[m * N + C + C - 1], 0.0f) << "padding row";
         // The CPU (no padding rows there: row 1 gets the unused slot S - 2, not compared).
         std::vector<int32_t> cpu_slots = slot_of;
         if (m >= 3 && decode) cpu_slots[1] = static_cast<int32_t>(S - 2);

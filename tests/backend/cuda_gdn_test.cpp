@@ -154,14 +154,18 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
   for (const int64_t K : {int64_t{4}, int64_t{2}, int64_t{9}}) {
     SCOPED_TRACE(testing::Message() << "kernel " << K);
     const int64_t C = 200, W = K - 1;  // C: channels off a multiple of the block
-    const std::vector<float> x = randn(T * C, 61), w = randn(C * K, 62),
+    const int64_t pitch = C + 24;      // x a column range of a wider buffer, as in the layer
+    const std::vector<float> xw = randn(T * pitch, 61), w = randn(C * K, 62),
                              states0 = randn(slots * C * W, 63);
+    std::vector<float> x(T * C);
+    for (int64_t t = 0; t < T; ++t) std::copy_n(xw.begin() + t * pitch, C, x.begin() + t * C);
     const BatchLayout l = recurrent_layout(T, seq_start, slot_of, snaps, true);
-    const Tensor xd = upload(x.data(), DType::f32, {T, C}),
+    const Tensor xd = first_columns(upload(xw.data(), DType::f32, {T, pitch}), C),
                  wd = upload(w.data(), DType::f32, {C, K});
     auto run = [&](const char* by_tokens) {
       ScopedEnv knob("HIBANA_CUDA_CONV_TOKENS", by_tokens);
-      Tensor out = device_f32(T, C), st = upload(states0.data(), DType::f32, {slots, C, W});
+      Tensor out = device_f32(T, C, 1e30f),  // (every output must be written)
+          st = upload(states0.data(), DType::f32, {slots, C, W});
       gpu->gdn_conv(xd, wd, st, l, out);
       std::vector<float> r = download(out), s = download(st);
       r.insert(r.end(), s.begin(), s.end());
@@ -170,7 +174,7 @@ TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
     const std::vector<float> tokens = run("1"), walk = run("0");
     EXPECT_EQ(tokens, walk);
     for (int64_t t = seq_start[4]; t < seq_start[5]; ++t) {
-      EXPECT_EQ(walk[t * C], 0.0f) << "padding row, token " << t;
+      EXPECT_EQ(tokens[t * C + C - 1], 0.0f) << "padding row, token " << t;
     }
     // The CPU has no padding rows: sequence 4 gets a slot of its own there (its outputs and
     // that slot are not compared).

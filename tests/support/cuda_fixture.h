@@ -56,10 +56,17 @@ class CudaFixture : public testing::Test {
     l.snapshot_slot = ints(snaps, device);
     return l;
   }
-  // A zeroed [rows, cols] f32 device tensor, kept alive by the fixture.
-  Tensor device_f32(int64_t rows, int64_t cols) {
-    std::vector<float> zeros(rows * cols, 0.0f);
-    return upload(zeros.data(), DType::f32, {rows, cols});
+  // A zeroed [rows, cols] f32 device tensor, kept alive by the fixture; or every value v (a
+  // sentinel an op must overwrite).
+  Tensor device_f32(int64_t rows, int64_t cols, float v = 0.0f) {
+    std::vector<float> values(rows * cols, v);
+    return upload(values.data(), DType::f32, {rows, cols});
+  }
+  // Columns [0, width) of a row-major f32 tensor: a view with the wider row pitch.
+  static Tensor first_columns(const Tensor& t, int64_t width) {
+    Tensor v = t;
+    v.shape[1] = width;
+    return v;
   }
   // The largest |a[i] - b[i]|; infinity where one side is NaN and the other is not (a NaN
   // difference would otherwise be lost to std::max).

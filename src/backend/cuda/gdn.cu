@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
 // Whether a pass's conv runs over its tokens in parallel (conv_tokens_kernel, then
 // conv_state_kernel) rather than a thread walking each sequence (conv_kernel): where sequences
 // average 32 tokens or more (prefill; decode and verification passes walk). The same bits
-// either way; HIBANA_CUDA_CONV_TOKENS=0 always walks.
+// either way; HIBANA_CUDA_CONV_TOKENS=0 always walks, and so does a conv in place (out = x:
+// a thread reads the inputs of earlier tokens, which other threads overwrite).
 bool conv_by_tokens(int64_t T, int64_t S) {
   return T >= 4 * kConvRun * S && knob_on("HIBANA_CUDA_CONV_TOKENS", true);
 }
@@ -298,7 +299,7 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
   const int32_t* seq_start = layout.seq_start.ptr<int32_t>();
   const int32_t* slots = layout.state_slot.ptr<int32_t>();
   float* states = conv_states.ptr<float>();
-  if (conv_by_tokens(T, S)) {
+  if (conv_by_tokens(T, S) && out.data != x.data) {  // (in place, only the walk: see above)
     const int64_t n = (T + kConvRun - 1) / kConvRun * C;
     launch_pdl(conv_tokens_kernel, blocks_for(n, 128), 128, 0, x.ptr<float>(), ld(x),
                w.ptr<float>(), static_cast<int>(K), states, seq_start, slots,
@@ -319,10 +320,12 @@ namespace {
 
 // Whether a pass takes the chunked form for its sequences' whole aligned chunks (the CPU's way;
 // HIBANA_CUDA_GDN_CHUNKED=0 keeps every token recurrent): the layout asks for aligned chunks and
-// a sequence can hold one (kChunk tokens, the others one each at least: never in decode). The
+// a sequence can hold one (kChunk tokens, the others one each at least: never in decode), and
+// the heads fit the chunked kernels (key and value dims up to 128; others stay recurrent). The
 // 80B's 8k-token prefill 1.3% faster with it (docs/benchmarks.md, fifteenth slice).
-bool chunked_pass(const BatchLayout& layout) {
+bool chunked_pass(const BatchLayout& layout, const Backend::GdnShape& shape) {
   return layout.gdn_mode == GdnMode::aligned_chunks &&
+         gdn::chunked_fits(shape.key_dim, shape.value_dim) &&
          layout.num_tokens - layout.num_seqs + 1 >= gdn::kChunk &&
          knob_on("HIBANA_CUDA_GDN_CHUNKED", true);
 }
@@ -363,7 +366,7 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
                   static_cast<unsigned>((dv + kCols - 1) / kCols));
   // A chunked pass: the recurrent kernel for the tokens before each sequence's chunks, the
   // chunked form, the recurrent kernel for the tokens after.
-  const bool chunked = chunked_pass(layout);
+  const bool chunked = chunked_pass(layout, shape);
   p.part = chunked ? gdn::Part::before_chunks : gdn::Part::all;
   launch_pdl(recurrent_kernel, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");

@@ -375,8 +375,8 @@ void allow_smem(K kernel, size_t bytes) {
 }  // namespace
 
 void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens) {
-  check(p.dk <= kMaxDk && p.dv <= kMaxDv, ErrorKind::unsupported,
-        "CUDA gdn: key_dim or value_dim above 128");
+  static_assert(kMaxDk == 128 && kMaxDv == 128, "chunked_fits");
+  check(chunked_fits(p.dk, p.dv), ErrorKind::internal, "CUDA gdn: chunked form of too wide heads");
   static const bool configured = [] {
     allow_smem(prepare_kernel, sizeof(PrepSmem));
     allow_smem(sequential_kernel, sizeof(StepSmem));

@@ -435,6 +435,7 @@ void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
 // in every split, and one split's activations in shared memory.
 bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w) {
   const int64_t rows = x.shape[0], G = norm.numel();
+  if (w.cols() != x.shape[1]) return false;  // (the plain matmul reports it)
   if (rows < 1 || rows > 8 || (G != 64 && G != 128) || x.shape[1] % G != 0) return false;
   if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
   mm::Params p{};
@@ -451,7 +452,9 @@ bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w
 bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
                       const BatchLayout& layout) {
   const int64_t rows = x.shape[0];
+  // As many sequences as tokens: one each (a sequence has at least one), so row m is sequence m.
   if (rows < 1 || rows > 8 || layout.num_tokens != rows || layout.num_seqs != rows) return false;
+  if (w.cols() != x.shape[1]) return false;  // (the plain matmul reports it)
   if (conv_w.shape[1] < 1 || conv_w.shape[1] > mm::kFusedConvTaps || conv_w.shape[0] > w.rows())
     return false;
   if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;

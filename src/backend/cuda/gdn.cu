@@ -1,9 +1,10 @@
 // Gated DeltaNet on CUDA: causal conv1d with carried state, and the gated delta rule in its
 // recurrent form with the state in f32 (see backend/cpu/gdn.inc for the maths). Every token
 // takes the recurrent step, so results do not depend on how a prompt is split into passes —
-// unless the layout asks for aligned chunks (the default; HIBANA_CUDA_GDN_CHUNKED=0 declines
-// them): then, as on the CPU, a sequence's whole aligned chunks take the chunked form
-// (gdn_chunked.cu) and only the tokens before and after them the recurrent step.
+// unless the layout asks for aligned chunks and HIBANA_CUDA_GDN_CHUNKED=1 takes them (off until
+// the two-pass chunked form has run on a GPU): then, as on the CPU, a sequence's whole aligned
+// chunks take the chunked form (gdn_chunked.cu) and only the tokens before and after them the
+// recurrent step.
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
@@ -280,10 +281,11 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
 // Whether a pass's conv runs over its tokens in parallel (conv_tokens_kernel, then
 // conv_state_kernel) rather than a thread walking each sequence (conv_kernel): where sequences
 // average 32 tokens or more (prefill; decode and verification passes walk). The same bits
-// either way; HIBANA_CUDA_CONV_TOKENS=0 always walks, and so does a conv in place (out = x:
+// either way. HIBANA_CUDA_CONV_TOKENS=1 turns it on (off until it has run on a GPU: written
+// without one); a conv in place always walks (out = x:
 // a thread reads the inputs of earlier tokens, which other threads overwrite).
 bool conv_by_tokens(int64_t T, int64_t S) {
-  return T >= 4 * kConvRun * S && knob_on("HIBANA_CUDA_CONV_TOKENS", true);
+  return T >= 4 * kConvRun * S && knob_on("HIBANA_CUDA_CONV_TOKENS", false);
 }
 
 }  // namespace
@@ -319,7 +321,8 @@ void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchL
 namespace {
 
 // Whether a pass takes the chunked form for its sequences' whole aligned chunks (the CPU's way;
-// HIBANA_CUDA_GDN_CHUNKED=0 keeps every token recurrent): the layout asks for aligned chunks and
+// with HIBANA_CUDA_GDN_CHUNKED=1: off until the two-pass form, written without a GPU, has run on
+// one; the single-pass kernel it replaced was the default): the layout asks for aligned chunks and
 // a sequence can hold one (kChunk tokens, the others one each at least: never in decode), and
 // the heads fit the chunked kernels (key and value dims up to 128; others stay recurrent). The
 // 80B's 8k-token prefill 1.3% faster with it (docs/benchmarks.md, fifteenth slice).
@@ -327,7 +330,7 @@ bool chunked_pass(const BatchLayout& layout, const Backend::GdnShape& shape) {
   return layout.gdn_mode == GdnMode::aligned_chunks &&
          gdn::chunked_fits(shape.key_dim, shape.value_dim) &&
          layout.num_tokens - layout.num_seqs + 1 >= gdn::kChunk &&
-         knob_on("HIBANA_CUDA_GDN_CHUNKED", true);
+         knob_on("HIBANA_CUDA_GDN_CHUNKED", false);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cuda/conv_impl.cuh"
+#include "backend/cuda/gemv_finish.cuh"
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/ops.h"
@@ -104,106 +104,6 @@ struct Gemv {
 
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
-
-// The DeltaNet conv of the lane's outputs of columns below p.conv_cols (Params::conv_w), after
-// they are stored: every element's slot, snapshot slot and taps loaded at once, then every
-// window, then each output with conv_out's arithmetic (conv_kernel's bits).
-template <int kOut>
-__device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&orow)[kOut],
-                                             const int64_t (&col)[kOut], const float (&v)[kOut]) {
-  constexpr int N = kFusedConvTaps - 1;
-  const int W = p.conv_k - 1;
-  int32_t slot[kOut], snap[kOut];
-  float wc[kOut][N], w_last[kOut], win[kOut][N];
-#pragma unroll
-  for (int i = 0; i < kOut; ++i) {
-    const bool ok = orow[i] >= 0 && col[i] < p.conv_cols;
-    slot[i] = ok ? p.conv_slots[orow[i]] : -1;
-    snap[i] = ok ? p.conv_snaps[orow[i]] : -1;
-    load_taps(p.conv_w, p.conv_k, ok ? col[i] : 0, ok, wc[i], w_last[i]);
-    if (!ok) slot[i] = -2;  // (no output at all)
-  }
-#pragma unroll
-  for (int i = 0; i < kOut; ++i) {
-    const float* st = p.conv_states + (max(slot[i], 0) * p.conv_cols + col[i]) * W;
-#pragma unroll
-    for (int j = 0; j < N; ++j) win[i][j] = slot[i] >= 0 && j < W ? st[j] : 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < kOut; ++i) {
-    if (slot[i] == -2) continue;
-    float* o = p.conv_out + orow[i] * p.ldco + col[i];
-    if (slot[i] < 0) {  // a padding row of a captured decode batch: no state, zero output
-      *o = 0.0f;
-      continue;
-    }
-    *o = conv_out(wc[i], w_last[i], win[i], W, v[i]);
-    conv_shift(win[i], W, v[i]);
-    conv_store(p.conv_states + (static_cast<int64_t>(slot[i]) * p.conv_cols + col[i]) * W, win[i],
-               W);
-    if (snap[i] >= 0) {
-      conv_store(p.conv_states + (static_cast<int64_t>(snap[i]) * p.conv_cols + col[i]) * W, win[i],
-                 W);
-    }
-  }
-}
-
-// The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
-// them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
-// tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
-// kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the token's output at
-// column rA is silu(gate) * up (each sum as the unfused product would store it).
-template <bool kGrouped, bool kPacked, bool kPaired>
-__device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
-                                       const int32_t* rows, int64_t rows_here, int my_split,
-                                       int64_t rA, int64_t rB, bool okA, bool okB, int t) {
-  auto out_row = [&](int i) -> int64_t {
-    if (kPacked && ((t & 1) || (i & 1))) return -1;
-    const int64_t m = kPacked ? t / 2 : 2 * t + (i & 1);
-    if (m >= rows_here || !(i < 2 ? okA : okB)) return -1;
-    return kGrouped ? rows[m] : m;
-  };
-  // Each sum's output row and column, found once (grouped: read from the row list before any
-  // store, which the compiler would otherwise make it read again).
-  int64_t orow[4], col[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    orow[i] = out_row(i);
-    col[i] = i < 2 ? rA : rB;
-  }
-  // The outputs from the four sums: one per token of the pair of rows (paired), else each.
-  auto store = [&](const float(&sum)[4]) {
-    if constexpr (kPaired) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = silu_mul_f(sum[i], sum[i + 2]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = sum[i];
-      }
-      if (p.conv_w != nullptr) conv_outputs(p, orow, col, sum);
-    }
-  };
-  if (p.splits == 1) return store(total);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (orow[i] >= 0) {
-      p.partial[(static_cast<int64_t>(my_split) * p.M + orow[i]) * p.N + col[i]] = total[i];
-    }
-  }
-  const int64_t tile = static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x;
-  if (!last_to_finish(p.counters + tile, p.splits)) return;
-  // Every sum before any store (a store to out could alias a later partial for the compiler);
-  // the four sums' loads at once (elements without an output read a valid one, unused).
-  float v[4];
-  int64_t elem[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) elem[i] = max(orow[i], int64_t{0}) * p.N + min(col[i], p.N - 1);
-  split_sums(p.partial, elem, p.M * p.N, p.splits, v);
-  store(v);
-}
 
 // kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
 // once, before the loop (each warp would otherwise split the same activations again); used

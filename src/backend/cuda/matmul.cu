@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "backend/cuda/matmul_impl.h"
@@ -433,18 +434,29 @@ void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
 
 // The decode kernel's products of up to 8 rows, a weight it takes, whole norm groups of 64 or 128
 // in every split, and one split's activations in shared memory.
-bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w) {
-  const int64_t rows = x.shape[0], G = norm.numel();
-  if (w.cols() != x.shape[1]) return false;  // (the plain matmul reports it)
-  if (rows < 1 || rows > 8 || (G != 64 && G != 128) || x.shape[1] % G != 0) return false;
-  if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
+namespace {
+// The Params of a product the decode kernel takes with a fused step (1 to 8 rows of a width the
+// weight has, contiguous rows, a weight the tensor-core kernels take; split_len set), or none.
+std::optional<mm::Params> fused_decode_params(const Tensor& x, const Weight& w) {
+  const int64_t rows = x.shape[0];
+  // (A wrong width is the plain matmul's to report.)
+  if (rows < 1 || rows > 8 || w.cols() != x.shape[1]) return std::nullopt;
+  if (x.stride[1] != 1 || w.w.stride[1] != 1) return std::nullopt;
   mm::Params p{};
   mm::describe_weight(w, p);
   mm::describe_x(x, p);
   p.M = rows;
-  const Elt elt = elt_of(w.w.dtype);
   p.split_len = mm::split_length(p.N, p.K, false);
-  return mm::mma_supports(p, elt) && p.split_len % G == 0 && mm::gemv_x_fits(p, elt, rows);
+  if (!mm::mma_supports(p, elt_of(w.w.dtype))) return std::nullopt;
+  return p;
+}
+}  // namespace
+
+bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w) {
+  const int64_t G = norm.numel();
+  const std::optional<mm::Params> p = fused_decode_params(x, w);
+  return p && (G == 64 || G == 128) && x.shape[1] % G == 0 && p->split_len % G == 0 &&
+         mm::gemv_x_fits(*p, elt_of(w.w.dtype), x.shape[0]);
 }
 
 // Decode (one token a sequence, at most 8), a weight the tensor-core kernels take, a conv of up to
@@ -453,16 +465,9 @@ bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
                       const BatchLayout& layout) {
   const int64_t rows = x.shape[0];
   // As many sequences as tokens: one each (a sequence has at least one), so row m is sequence m.
-  if (rows < 1 || rows > 8 || layout.num_tokens != rows || layout.num_seqs != rows) return false;
-  if (w.cols() != x.shape[1]) return false;  // (the plain matmul reports it)
-  if (conv_w.shape[1] < 1 || conv_w.shape[1] > mm::kFusedConvTaps || conv_w.shape[0] > w.rows())
-    return false;
-  if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
-  mm::Params p{};
-  mm::describe_weight(w, p);
-  mm::describe_x(x, p);
-  p.M = rows;
-  return mm::mma_supports(p, elt_of(w.w.dtype));
+  return layout.num_tokens == rows && layout.num_seqs == rows && conv_w.shape[1] >= 1 &&
+         conv_w.shape[1] <= mm::kFusedConvTaps && conv_w.shape[0] <= w.rows() &&
+         fused_decode_params(x, w).has_value();
 }
 
 void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,

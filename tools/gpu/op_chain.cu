@@ -17,6 +17,19 @@
 //               stop at a dependency;
 //   persistent-late  the same, but each CTA waits before it loads its weights (what the
 //               prefetch is worth);
+//   graph-early+L2 BUDGET  graph-early beside a one-warp prefetcher launched on a second
+//               stream in the same graph: it pulls the coming ops' weights into L2
+//               (cp.async.bulk.prefetch.L2), 2 MB at a time while at most BUDGET MB of
+//               weights up to the piece's end are not yet consumed (0: an empty prefetcher,
+//               the control), pacing itself on a progress word the chain's
+//               kernels write (op i's first CTA, past its wait: ops before i are done). The chain
+//               never waits on it, so its outputs are the graph's. If the chain's time is the gaps'
+//               HBM ramp (each kernel's first loads a full DRAM round trip away), this runs near
+//               the bare read; if it is the launches themselves, near graph-early;
+//   graph-early+L2 ev D  the same prefetches paced by the graph instead of a progress word
+//               (what the engine could add without touching its kernels): op j's prefetch is
+//               a one-warp kernel on the second stream that depends on op j - D's completion
+//               (an event recorded after it), so it runs while ops j - D + 1 .. j - 1 do;
 //
 // beside a bare read of every weight byte (the stream a step cannot beat) and the copy
 // bandwidth. SMALL=1 puts two one-CTA ops in each layer (a norm after the mixer and after the
@@ -149,13 +162,18 @@ __device__ __forceinline__ void norm_op(const Op& op, const float* xs) {
 }
 
 // One op per launch (the graph way); early: the next kernel is released once the loads are
-// issued, not at the end.
-__global__ void __launch_bounds__(kThreads) op_kernel(Op op, bool early) {
+// issued, not at the end. progress (null: none) gets `index` from the first CTA once it has
+// waited: every op before this one is done.
+__global__ void __launch_bounds__(kThreads)
+    op_kernel(Op op, bool early, unsigned* progress, unsigned index) {
   __shared__ float xs[kMaxK];
   uint4 w[kLaneChunks];
   if (!op.norm) load_tile(op, blockIdx.x, w);  // weights are constants: before the wait
   if (early) pdl_trigger();
   pdl_wait();
+  if (progress != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(progress), "r"(index) : "memory");
+  }
   load_x(op, xs);
   if (op.norm) {
     norm_op(op, xs);
@@ -202,6 +220,55 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The weights of op i: bytes from `at`, whose offset from the first op's is start (a prefix
+// sum over the ops; a norm has none).
+struct Span {
+  const char* at;
+  unsigned long long start, bytes;
+};
+constexpr unsigned kPrefetchPiece = 64 << 10;  // bytes per bulk prefetch
+
+// One warp, 2 MB at a time (a 64 KiB bulk prefetch a lane): a piece of the weights goes to L2
+// once the weights not yet consumed (from op *progress on) up to its end are within `budget`
+// bytes, or its op has started. Budget 0: nothing (the fork's cost alone, the control).
+__global__ void prefetch_kernel(const Span* spans, int n_ops, const unsigned* progress,
+                                unsigned long long budget) {
+  if (budget == 0) return;
+  constexpr unsigned long long kBatch = 32ull * kPrefetchPiece;
+  for (int j = 0; j < n_ops; ++j) {
+    const Span sp = spans[j];
+    for (unsigned long long base = 0; base < sp.bytes; base += kBatch) {
+      const unsigned long long end =
+          sp.start + (sp.bytes - base < kBatch ? sp.bytes : base + kBatch);
+      for (;;) {  // every lane polls alike (the same loads, the same answer)
+        unsigned done;
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(done) : "l"(progress) : "memory");
+        if (static_cast<int>(done) >= j || end - spans[done].start <= budget) break;
+        __nanosleep(200);
+      }
+      const unsigned long long off =
+          base + threadIdx.x * static_cast<unsigned long long>(kPrefetchPiece);
+      if (off < sp.bytes) {
+        const unsigned len = static_cast<unsigned>(
+            sp.bytes - off < kPrefetchPiece ? sp.bytes - off : kPrefetchPiece);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sp.at + off), "r"(len)
+                     : "memory");
+      }
+    }
+  }
+}
+
+// One op's weights into L2: a warp's 64 KiB bulk prefetches (the graph-paced way).
+__global__ void prefetch_span(Span sp) {
+  for (unsigned long long off = threadIdx.x * static_cast<unsigned long long>(kPrefetchPiece);
+       off < sp.bytes; off += 32ull * kPrefetchPiece) {
+    const unsigned len =
+        static_cast<unsigned>(sp.bytes - off < kPrefetchPiece ? sp.bytes - off : kPrefetchPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sp.at + off), "r"(len)
+                 : "memory");
+  }
+}
+
 __global__ void fill_bf16(__nv_bfloat16* w, size_t n, float amp, uint32_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -229,7 +296,8 @@ __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-void launch_op(const Op& op, bool early, cudaStream_t s) {
+void launch_op(const Op& op, bool early, cudaStream_t s, unsigned* progress = nullptr,
+               unsigned index = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(op.tiles);
   cfg.blockDim = dim3(kThreads);
@@ -239,7 +307,7 @@ void launch_op(const Op& op, bool early, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, early));
+  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, early, progress, index));
 }
 
 }  // namespace
@@ -344,7 +412,7 @@ int main() {
       small ? "with one-CTA ops" : "products only", total_bytes / 1e6);
   auto report = [&](const char* what, float us) {
     const double gbs = static_cast<double>(total_bytes) / (us * 1e-6) / 1e9;
-    std::printf("%-18s %9.1f us  %7.2f us/op  %8.1f GB/s of weights  %5.1f%% of copy\n", what, us,
+    std::printf("%-22s %9.1f us  %7.2f us/op  %8.1f GB/s of weights  %5.1f%% of copy\n", what, us,
                 us / static_cast<float>(ops.size()), gbs, 100.0 * gbs / copy);
   };
   // Every output NaN (before a way's first run), and every output against the graph's (after).
@@ -404,6 +472,84 @@ int main() {
       if (nan) ++failures;
     } else {
       compare("graph-early");
+    }
+  }
+
+  // graph-early beside the L2 prefetcher, for each budget of PREFETCH_MB (MB, default "0 8 16
+  // 32"; 0 forks and joins an empty prefetcher: the structure's own cost).
+  {
+    std::vector<Span> spans(ops.size());
+    unsigned long long start = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const unsigned long long bytes =
+          ops[i].norm ? 0 : static_cast<unsigned long long>(ops[i].n) * ops[i].k * 2;
+      spans[i] = {reinterpret_cast<const char*>(ops[i].w), start, bytes};
+      start += bytes;
+    }
+    Span* d_spans;
+    unsigned* progress;
+    CHECK(cudaMalloc(&d_spans, spans.size() * sizeof(Span)));
+    CHECK(cudaMemcpy(d_spans, spans.data(), spans.size() * sizeof(Span), cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc(&progress, 4));
+    cudaStream_t side;
+    cudaEvent_t fork, join;
+    CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    const char* env = std::getenv("PREFETCH_MB");
+    const std::string budgets = env ? env : "0 8 16 32";
+    size_t pos = 0;
+    while (pos < budgets.size()) {
+      const size_t end = std::min(budgets.find(' ', pos), budgets.size());
+      const std::string item = budgets.substr(pos, end - pos);
+      pos = end + 1;
+      if (item.empty()) continue;
+      const unsigned long long budget = std::stoull(item) << 20;
+      poison();
+      const float us = graph_us(s, 1, [&] {
+        CHECK(cudaMemsetAsync(progress, 0, 4, s));
+        CHECK(cudaEventRecord(fork, s));
+        CHECK(cudaStreamWaitEvent(side, fork, 0));
+        prefetch_kernel<<<1, 32, 0, side>>>(d_spans, static_cast<int>(ops.size()), progress,
+                                            budget);
+        CHECK(cudaGetLastError());
+        CHECK(cudaEventRecord(join, side));
+        for (size_t i = 0; i < ops.size(); ++i)
+          launch_op(ops[i], true, s, progress, static_cast<unsigned>(i));
+        CHECK(cudaStreamWaitEvent(s, join, 0));
+      });
+      const std::string what = "graph-early+L2 " + item;
+      report(what.c_str(), us);
+      compare(what);
+    }
+    // Paced by the graph: an event after each op; op j's prefetch waits for op j - D's.
+    std::vector<cudaEvent_t> after(ops.size());
+    for (cudaEvent_t& e : after) CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (int D : {2, 3}) {
+      poison();
+      const float us = graph_us(s, 1, [&] {
+        CHECK(cudaEventRecord(fork, s));
+        CHECK(cudaStreamWaitEvent(side, fork, 0));
+        for (size_t j = 0; j < ops.size() && static_cast<int>(j) < D; ++j) {
+          if (spans[j].bytes) prefetch_span<<<1, 32, 0, side>>>(spans[j]);
+        }
+        CHECK(cudaGetLastError());
+        for (size_t i = 0; i < ops.size(); ++i) {
+          launch_op(ops[i], true, s);
+          CHECK(cudaEventRecord(after[i], s));
+          const size_t j = i + D;  // op i done: prefetch op i + D
+          if (j < ops.size() && spans[j].bytes) {
+            CHECK(cudaStreamWaitEvent(side, after[i], 0));
+            prefetch_span<<<1, 32, 0, side>>>(spans[j]);
+            CHECK(cudaGetLastError());
+          }
+        }
+        CHECK(cudaEventRecord(join, side));
+        CHECK(cudaStreamWaitEvent(s, join, 0));
+      });
+      const std::string what = "graph-early+L2 ev " + std::to_string(D);
+      report(what.c_str(), us);
+      compare(what);
     }
   }
 

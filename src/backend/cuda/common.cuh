@@ -81,10 +81,12 @@ void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&...
 
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is
 // reused only by work queued after it; while a graph is recorded it comes from the recording
-// arena, see cuda_backend.cu).
+// arena, see cuda_backend.cu). From 32 MiB on it is a cudaMalloc, whose cudaFree waits for the
+// device, unless `pooled`: then it always comes from the stream-ordered pool, which keeps it for
+// reuse (for scratch that every product of a pass takes, where a wait per product would cost).
 class Scratch {
  public:
-  explicit Scratch(size_t bytes);
+  explicit Scratch(size_t bytes, bool pooled = false);
   ~Scratch();
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -96,6 +98,7 @@ class Scratch {
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+  bool pooled_ = false;
 };
 
 // Storage formats a kernel can read, as template parameters.

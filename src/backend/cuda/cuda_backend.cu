@@ -137,13 +137,14 @@ class CaptureArena {
 };
 CaptureArena g_arena;
 
-void* device_allocate(size_t bytes) {
+// pooled: from the stream-ordered pool whatever the size (Scratch says when).
+void* device_allocate(size_t bytes, bool pooled = false) {
   if (t_capture) {
     if (void* p = g_arena.allocate(bytes)) return p;
   }
   void* p = nullptr;
-  cudaError_t e = bytes >= kLargeAllocation && !t_capture ? cudaMalloc(&p, bytes)
-                                                            : cudaMallocAsync(&p, bytes, stream());
+  const bool large = bytes >= kLargeAllocation && !t_capture && !pooled;
+  cudaError_t e = large ? cudaMalloc(&p, bytes) : cudaMallocAsync(&p, bytes, stream());
   if (e != cudaSuccess) {
     cudaGetLastError();  // reset the runtime's last-error state so later calls do not see it
     size_t free_b = 0, total = 0;
@@ -156,9 +157,9 @@ void* device_allocate(size_t bytes) {
   return p;
 }
 
-void device_release(void* p, size_t bytes) {
+void device_release(void* p, size_t bytes, bool pooled = false) {
   if (g_arena.release(p)) return;
-  if (bytes >= kLargeAllocation && !t_capture) {
+  if (bytes >= kLargeAllocation && !t_capture && !pooled) {
     warn_cuda(cudaFree(p), "cudaFree");
   } else {
     warn_cuda(cudaFreeAsync(p, stream()), "cudaFreeAsync");
@@ -182,11 +183,11 @@ bool pdl_enabled() {
   return g_pdl && !off;
 }
 
-Scratch::Scratch(size_t bytes) : bytes_(bytes) {
-  if (bytes) p_ = device_allocate(bytes);
+Scratch::Scratch(size_t bytes, bool pooled) : bytes_(bytes), pooled_(pooled) {
+  if (bytes) p_ = device_allocate(bytes, pooled);
 }
 Scratch::~Scratch() {
-  if (p_) device_release(p_, bytes_);
+  if (p_) device_release(p_, bytes_, pooled_);
 }
 
 namespace {

@@ -58,8 +58,8 @@ struct Params {
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;
   // Decode kernel: release the next kernel as soon as this one has waited for the previous one
-  // (the default; HIBANA_CUDA_EARLY_RELEASE=0: once its loads are done), so the next kernel's weight
-  // copies can overlap this one's stream where SM slots are free. Never before this kernel's
+  // (the default; HIBANA_CUDA_EARLY_RELEASE=0: once its loads are done), so the next kernel's
+  // weight copies can overlap this one's stream where SM slots are free. Never before this kernel's
   // own wait: routing_ready relies on a launch following its predecessor's wait.
   bool release_early;
   // Decode kernel with shared activations only (null otherwise): the activations it splits are
@@ -82,6 +82,12 @@ struct Params {
   const int32_t* conv_snaps;
   float* conv_out;
   int64_t ldco;
+  // Tiled kernel with the activations split beforehand (HIBANA_CUDA_TILED_PRESPLIT, null
+  // otherwise): x's rows as three planes of bf16 terms (h, m, l: x = h + m + l, split3's),
+  // split_plane elements apart, rows ld_split elements long (K rounded up to a stage, zeros
+  // past K), written by run_tiled before the product.
+  const uint16_t* xsplit;
+  int64_t ld_split, split_plane;
 };
 
 // The largest conv kernel the decode matmul applies (its windows sit in registers).

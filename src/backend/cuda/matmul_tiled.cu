@@ -11,6 +11,16 @@
 //
 // Shared memory is swizzled so that a quarter-warp's 16-byte weight loads and a half-warp's
 // 8-byte activation loads each touch every bank once.
+//
+// HIBANA_CUDA_TILED_PRESPLIT=1 (off until measured): a kernel splits the activations into
+// three bf16 planes in global memory once per product, each stage's row stored in fragment
+// order (16-byte unit s holds the bf16 pair that lane t passes as its register s of the stage's
+// B fragments, for t = 0..3), and the tiled kernel copies those units straight into its stages
+// and reads each product's two B registers with one ldmatrix.x2 per term — no split pass per
+// stage and one barrier a stage instead of two. The same terms in the same fragment places,
+// every accumulator's mmas in the same order: the same bits.
+#include <algorithm>
+
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
 
@@ -25,7 +35,7 @@ constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk s
 constexpr int kStages = 3;
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
-template <Elt E>
+template <Elt E, bool kPre>
 struct Tile {
   static constexpr int esize = EltInfo<E>::size;
   static constexpr int VE = 16 / esize;              // weight elements per 16 bytes
@@ -34,9 +44,11 @@ struct Tile {
   static constexpr int kMmas = VE / 4;               // k16 products per chunk
   static constexpr int kRowBytes = kStageK * esize;  // of a weight row per stage: 128 or 64
   static constexpr int kWBytes = kTileRows * kRowBytes;
-  static constexpr int kXBytes = kTileTokens * kStageK * 4;
+  static constexpr int kTermBytes = kTileTokens * kStageK * 2;  // a term's bf16 of a stage
+  // Raw f32 activations, or (kPre) the three terms' planes.
+  static constexpr int kXBytes = kPre ? 3 * kTermBytes : kTileTokens * kStageK * 4;
   static constexpr int kStageBytes = kWBytes + kXBytes;
-  static constexpr int kSplitBytes = 3 * kTileTokens * kTermWords * 4;
+  static constexpr int kSplitBytes = kPre ? 0 : 3 * kTileTokens * kTermWords * 4;
   static constexpr int kSmem = kStages * kStageBytes + kSplitBytes;
 
   // Byte offset of 16-byte piece `piece` of weight row `row` within a stage: 128-byte rows put
@@ -50,12 +62,26 @@ struct Tile {
     if constexpr (E == Elt::bf16) return word ^ ((tok & 1) << 4) ^ (tok & 2);
     return word ^ ((tok & 3) << 1);
   }
+  // kPre: byte offset of 16-byte unit s (of 8) of token tok's row of a term's stage; units
+  // swizzled by the token's low three bits, so ldmatrix's eight rows of one unit, and a
+  // row's eight copies, hit every bank once.
+  __device__ static int unit_offset(int tok, int s) {
+    return tok * (kStageK * 2) + 16 * (s ^ (tok & 7));
+  }
+  // kPre: the stage's bf16 pair (k = 2 * word, 2 * word + 1) that word `at` of the stored row
+  // holds: unit s = at / 4 is register (chunk c, product j, half h) = (s / (2 kMmas),
+  // s % (2 kMmas) / 2, s % 2) of lane t = at % 4, whose pair is word
+  // (c * KC + t * VE + 4 * j) / 2 + h (the in-kernel split's fragment places).
+  __device__ static constexpr int stored_word(int at) {
+    const int s = at / 4, t = at % 4;
+    return s / (2 * kMmas) * (KC / 2) + t * (VE / 2) + s % (2 * kMmas);
+  }
 };
 
-template <Elt E, bool kGrouped>
+template <Elt E, bool kGrouped, bool kPre>
 __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   pdl_start();
-  using T = Tile<E>;
+  using T = Tile<E, kPre>;
   // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
   extern __shared__ __align__(128) unsigned char smem[];
   uint32_t* split = reinterpret_cast<uint32_t*>(smem + kStages * T::kStageBytes);  // [3][tok][w]
@@ -105,12 +131,24 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       cp_async16(base + T::w_offset(row, piece),
                  wbase + ((ok ? n : 0) * p.ldw + (ok ? k : 0)) * T::esize, ok);
     }
-    float* xs = reinterpret_cast<float*>(base + T::kWBytes);
-    for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
-      const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
-      const int64_t r = x_row[tok], k = k0 + 4 * q;
-      const bool ok = r >= 0 && k < p.K;
-      cp_async16(xs + tok * kStageK + 4 * q, p.x + (ok ? r * p.ldx + k : 0), ok);
+    if constexpr (kPre) {  // the terms' 16-byte units; rows are whole stages (zeros past K)
+      constexpr int kUnits = kStageK * 2 / 16;
+      for (int i = threadIdx.x; i < 3 * kTileTokens * kUnits; i += kThreads) {
+        const int term = i / (kTileTokens * kUnits), tok = i / kUnits % kTileTokens;
+        const int u = i % kUnits;
+        const int64_t r = x_row[tok];
+        const uint16_t* plane = p.xsplit + term * p.split_plane;
+        cp_async16(base + T::kWBytes + term * T::kTermBytes + T::unit_offset(tok, u),
+                   plane + (r >= 0 ? r * p.ld_split + k0 + 8 * u : 0), r >= 0);
+      }
+    } else {
+      float* xs = reinterpret_cast<float*>(base + T::kWBytes);
+      for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
+        const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
+        const int64_t r = x_row[tok], k = k0 + 4 * q;
+        const bool ok = r >= 0 && k < p.K;
+        cp_async16(xs + tok * kStageK + 4 * q, p.x + (ok ? r * p.ldx + k : 0), ok);
+      }
     }
   };
   // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words.
@@ -170,25 +208,52 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         ra[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row, c * 4 + t));
         rb[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row + 8, c * 4 + t));
       }
+      if constexpr (kPre) {
+        const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(ws + T::kWBytes));
 #pragma unroll
-      for (int j = 0; j < T::kMmas; ++j) {
-        uint32_t a[2][4];
+        for (int j = 0; j < T::kMmas; ++j) {
+          uint32_t a[2][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
-        const int word = (c * T::KC + t * T::VE + 4 * j) / 2;
+          for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
+          // Lanes 0-7 address unit (c, j, h = 0) of the n tile's 8 tokens, lanes 8-15 h = 1
+          // (the others' addresses are not read).
+          const int s = (c * T::kMmas + j) * 2 + (lane / 8) % 2;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int tok = wc + nt * 8 + g;
-          const int w = tok * kTermWords + T::x_word(tok, word);
-          constexpr int kTerm = kTileTokens * kTermWords;
-          const uint2 h = *reinterpret_cast<const uint2*>(split + w);
-          const uint2 m = *reinterpret_cast<const uint2*>(split + kTerm + w);
-          const uint2 l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
+          for (int nt = 0; nt < 4; ++nt) {
+            const unsigned at = xs + T::unit_offset(wc + nt * 8 + lane % 8, s);
+            uint32_t h[2], m[2], l[2];
+            ldmatrix_x2(at, h);
+            ldmatrix_x2(at + T::kTermBytes, m);
+            ldmatrix_x2(at + 2 * T::kTermBytes, l);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
-            mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
-            mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l.x, l.y);
+            for (int mt = 0; mt < 2; ++mt) {
+              mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h[0], h[1]);
+              mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m[0], m[1]);
+              mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l[0], l[1]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < T::kMmas; ++j) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
+          const int word = (c * T::KC + t * T::VE + 4 * j) / 2;
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int tok = wc + nt * 8 + g;
+            const int w = tok * kTermWords + T::x_word(tok, word);
+            constexpr int kTerm = kTileTokens * kTermWords;
+            const uint2 h = *reinterpret_cast<const uint2*>(split + w);
+            const uint2 m = *reinterpret_cast<const uint2*>(split + kTerm + w);
+            const uint2 l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
+              mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
+              mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l.x, l.y);
+            }
           }
         }
       }
@@ -219,11 +284,13 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   }
   for (int64_t kt = 0; kt < stages; ++kt) {
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage kt has landed; every warp is done with the previous split terms
-    split_stage(static_cast<int>(kt % kStages));
+    // Stage kt has landed; every warp is done with the previous stage's slot (the one loaded
+    // next) and split terms.
+    __syncthreads();
+    if constexpr (!kPre) split_stage(static_cast<int>(kt % kStages));
     if (kt + kStages - 1 < stages) load_stage(kt + kStages - 1);
     cp_async_commit();
-    __syncthreads();  // the split terms are visible
+    if constexpr (!kPre) __syncthreads();  // the split terms are visible
     const int64_t k0 = kt * kStageK;
     if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
     compute(static_cast<int>(kt % kStages), k0);
@@ -244,11 +311,46 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
 }
 
-template <Elt E, bool kGrouped>
+// x's rows as the three bf16 planes the pre-split kernel reads (Params::xsplit): a thread per
+// 16-byte unit of a stored row (four bf16 pairs, Tile::stored_word's), split3's terms, zeros
+// from K to the row's end ld (a multiple of the stage).
+template <Elt E>
+__global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64_t K, int64_t ld,
+                                uint16_t* planes) {
+  pdl_start();
+  using T = Tile<E, true>;
+  const int64_t per_row = ld / 8, plane = rows * per_row;  // units
+  uint4* out = reinterpret_cast<uint4*>(planes);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < plane;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, unit = i % per_row;
+    const int64_t stage_k = unit / (kStageK / 8) * kStageK;
+    const int at0 = static_cast<int>(unit % (kStageK / 8)) * 4;
+    uint32_t h[4], m[4], l[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int64_t k = stage_k + 2 * T::stored_word(at0 + w);
+      const float* src = x + r * ldx + k;  // k is even, rows 16-byte aligned
+      float2 v = make_float2(0.0f, 0.0f);
+      if (k + 1 < K) {
+        v = *reinterpret_cast<const float2*>(src);
+      } else if (k < K) {
+        v.x = src[0];
+      }
+      const Split3 t = split3(v.x, v.y);
+      h[w] = t.h, m[w] = t.m, l[w] = t.l;
+    }
+    out[i] = make_uint4(h[0], h[1], h[2], h[3]);
+    out[plane + i] = make_uint4(m[0], m[1], m[2], m[3]);
+    out[2 * plane + i] = make_uint4(l[0], l[1], l[2], l[3]);
+  }
+}
+
+template <Elt E, bool kGrouped, bool kPre>
 void launch(const Params& p, int64_t max_rows, int groups) {
-  constexpr int smem = Tile<E>::kSmem;
+  constexpr int smem = Tile<E, kPre>::kSmem;
   static const bool configured = [] {  // once per instantiation
-    HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped>,
+    HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped, kPre>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
@@ -257,8 +359,20 @@ void launch(const Params& p, int64_t max_rows, int groups) {
   const int64_t tiles = kGrouped ? (p.M + kTileTokens - 1) / kTileTokens + groups
                                  : (max_rows + kTileTokens - 1) / kTileTokens;
   dim3 grid(static_cast<unsigned>((p.N + kTileRows - 1) / kTileRows), static_cast<unsigned>(tiles));
-  launch_pdl(tiled_kernel<E, kGrouped>, grid, kThreads, smem, p);
+  launch_pdl(tiled_kernel<E, kGrouped, kPre>, grid, kThreads, smem, p);
   launched("tiled_kernel");
+}
+
+template <Elt E, bool kPre>
+void launch_elt(const Params& p, bool grouped, int64_t max_rows, int groups) {
+  grouped ? launch<E, true, kPre>(p, max_rows, groups)
+          : launch<E, false, kPre>(p, max_rows, groups);
+}
+
+template <bool kPre>
+void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
+  elt == Elt::bf16 ? launch_elt<Elt::bf16, kPre>(p, grouped, max_rows, groups)
+                   : launch_elt<Elt::fp8, kPre>(p, grouped, max_rows, groups);
 }
 
 }  // namespace
@@ -267,14 +381,25 @@ bool tiled_supports(const Params& p, bool grouped) {
   return p.vec_x && (!grouped || p.tile_start != nullptr);
 }
 
-void run_tiled(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (elt == Elt::bf16) {
-    grouped ? launch<Elt::bf16, true>(p, max_rows, groups)
-            : launch<Elt::bf16, false>(p, max_rows, groups);
-  } else {
-    grouped ? launch<Elt::fp8, true>(p, max_rows, groups)
-            : launch<Elt::fp8, false>(p, max_rows, groups);
+void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
+  if (!knob_on("HIBANA_CUDA_TILED_PRESPLIT", false)) {
+    return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
+  // The rows of x: every row a plain product has, or those a grouped one's row list reaches.
+  Params p = in;
+  const int64_t rows = grouped ? (p.M + p.x_div - 1) / p.x_div : p.M;
+  p.ld_split = (p.K + kStageK - 1) / kStageK * kStageK;
+  p.split_plane = rows * p.ld_split;
+  // (Pooled: a cudaFree per product would wait for the device. The pool keeps the largest
+  // planes, 6 bytes an activation, for reuse.)
+  Scratch planes(static_cast<size_t>(3 * p.split_plane) * sizeof(uint16_t), true);
+  p.xsplit = planes.as<uint16_t>();
+  const int64_t units = p.split_plane / 8;
+  const dim3 blocks(static_cast<unsigned>(std::min<int64_t>((units + 255) / 256, 4096)));
+  auto kernel = elt == Elt::bf16 ? presplit_kernel<Elt::bf16> : presplit_kernel<Elt::fp8>;
+  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes.as<uint16_t>());
+  launched("presplit_kernel");
+  launch_pre<true>(p, elt, grouped, max_rows, groups);
 }
 
 }  // namespace hibana::cuda::mm

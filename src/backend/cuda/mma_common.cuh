@@ -21,6 +21,15 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 #endif
 }
 
+// Two 8x8 b16 matrices from shared memory: lanes 0-7 give the rows of the first, 8-15 of the
+// second (16 bytes each, at shared-window address `row`); lane (g, t) gets each matrix's row g,
+// elements 2t and 2t + 1.
+__device__ __forceinline__ void ldmatrix_x2(unsigned row, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(row));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);

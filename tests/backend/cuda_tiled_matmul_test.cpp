@@ -4,6 +4,7 @@
 // GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -64,6 +65,35 @@ TEST_F(CudaTiledMatmul, PresplitActivationsGiveTheBitsOfTheInKernelSplit) {
     }
     EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), M * N * sizeof(float)), 0)
         << "the pre-split activations change the bits";
+  }
+}
+
+// GPUs with 99 KiB of shared memory a block (DGX Spark's GB10, sm_86/89/120) cannot hold the
+// bf16 tiles' three stages (120 KiB): two stages, the same bits; with less still (60000 bytes),
+// the small-batch kernel takes the product, the same bits. Both ways of splitting, 150 rows.
+TEST_F(CudaTiledMatmul, LessSharedMemoryGivesTheSameBits) {
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t N = 300, M = 150, K = 1024;
+    const std::vector<float> x = randn(M * K, 25);
+    const Tensor xd = upload(x.data(), DType::f32, {M, K});
+    const TestWeight w = make_weight(*this, dtype, N, K, 26);
+    std::vector<float> first;
+    for (const char* pre : {"0", "1"}) {
+      for (const char* limit : {"", "101376", "60000"}) {
+        SCOPED_TRACE(std::string("pre-split ") + pre + ", limit " + limit);
+        ScopedEnv knob("HIBANA_CUDA_TILED_PRESPLIT", pre), small("HIBANA_CUDA_SMEM_LIMIT", limit);
+        Tensor out = device_f32(M, N, std::nanf(""));
+        gpu->matmul(xd, w.dev, out);
+        const std::vector<float> got = download(out);
+        if (first.empty()) {
+          first = got;
+          ASSERT_EQ(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }),
+                    0);
+        }
+        EXPECT_EQ(std::memcmp(got.data(), first.data(), M * N * sizeof(float)), 0);
+      }
+    }
   }
 }
 

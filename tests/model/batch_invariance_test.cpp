@@ -10,6 +10,7 @@
 
 #include "state/state_pool.h"
 #include "support/fixture_model.h"
+#include "support/scoped_env.h"
 
 namespace hibana {
 namespace {
@@ -123,6 +124,19 @@ TEST_P(BatchInvariance, AnySplitMatchesInRecurrentMode) {
   EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, {37, 50, 63}, GdnMode::recurrent)));
   std::vector<int64_t> singles(150, 1);
   EXPECT_TRUE(bit_identical(one, run_split(*model, pool, t, singles, GdnMode::recurrent)));
+}
+
+// A GPU with 99 KiB of shared memory a block (DGX Spark's GB10, sm_86/89/120) takes fewer
+// pipeline stages or other kernels where one would need more: the same logits, bit for bit
+// (recurrent mode: the chunked DeltaNet, which such a GPU does not run, has other bits).
+TEST_P(BatchInvariance, LessSharedMemoryKeepsTheBits) {
+  if (std::get<1>(GetParam()) != "cuda") GTEST_SKIP() << "a limit of the CUDA backend";
+  const int64_t V = model->config().vocab_size;
+  StatePool pool(model->state_spec(), 64, 16, 2);
+  auto t = tokens_for(150, 6, V);
+  auto full = run_split(*model, pool, t, {150}, GdnMode::recurrent);
+  test::ScopedEnv small("HIBANA_CUDA_SMEM_LIMIT", "101376");
+  EXPECT_TRUE(bit_identical(full, run_split(*model, pool, t, {150}, GdnMode::recurrent)));
 }
 
 TEST_P(BatchInvariance, SnapshotsResumeAnyPosition) {

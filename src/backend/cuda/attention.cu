@@ -403,10 +403,13 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     }
     return v;
   }();
+  // (Every variant may use the GPU's whole opt-in memory; how much a launch takes follows
+  // smem_per_block(), which may be less.)
+  const int limit = std::min(smem_optin, smem_per_block());
   int stages = static_cast<int>(std::min<int64_t>(3, knob("HIBANA_CUDA_ATTENTION_STAGES", 3)));
-  while (stages > 1 && smem_for(stages) > static_cast<size_t>(smem_optin)) --stages;
+  while (stages > 1 && smem_for(stages) > static_cast<size_t>(limit)) --stages;
   const size_t smem = smem_for(stages);
-  check(smem <= static_cast<size_t>(smem_optin), ErrorKind::unsupported,
+  check(smem <= static_cast<size_t>(limit), ErrorKind::unsupported,
         "CUDA attention: head_dim and GQA group need more shared memory than this GPU has");
   // The kernel finds a key's row in 32 bits (in units of head_dim floats).
   check(k_pages.shape[0] * kv_heads * page < (int64_t{1} << 31), ErrorKind::unsupported,

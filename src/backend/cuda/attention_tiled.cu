@@ -11,6 +11,7 @@
 // two levels are its own and the rest are shuffles); values are added key by key in order with
 // the same fmaf; tiles outside a token's range are skipped for it.
 #include "backend/cuda/attention_impl.h"
+#include "backend/cuda/ops.h"
 
 namespace hibana::cuda::attn {
 
@@ -313,12 +314,7 @@ int tiled_block_tokens(int64_t hd, int64_t group) {
   if (hd != 64 && hd != 128 && hd != 256) return 0;
   const int R = rows_for(hd);
   if (group < 1 || R % group != 0) return 0;
-  static const int optin = [] {
-    int dev = 0, v = 0;
-    HIBANA_CUDA(cudaGetDevice(&dev));
-    HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return v;
-  }();
+  const int optin = smem_per_block();
   const size_t need = hd == 64    ? Shape<64, 128>::kSmem
                       : hd == 128 ? Shape<128, 128>::kSmem
                                   : Shape<256, 64>::kSmem;

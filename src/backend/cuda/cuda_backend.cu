@@ -48,6 +48,7 @@ cudaStream_t stream() {
 namespace {
 
 int g_num_sms = 0;
+int g_smem_optin = 0;  // the GPU's shared memory opt-in limit per block
 bool g_pdl = false;  // the device runs programmatic dependent launches
 
 // Buffers of at least this size come from cudaMalloc (weights, state pools); smaller ones from
@@ -258,6 +259,7 @@ class CudaBackend final : public Backend {
     integrated_ = prop.integrated != 0;
     if (!g_stream) HIBANA_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     g_num_sms = prop.multiProcessorCount;
+    g_smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
     cudaFuncAttributes probe{};
     g_pdl = prop.major >= 9 && cudaFuncGetAttributes(&probe, pdl_probe_kernel) == cudaSuccess &&
             probe.ptxVersion >= 90;
@@ -524,6 +526,11 @@ class CudaBackend final : public Backend {
 
 int num_sms() {
   return g_num_sms;
+}
+
+int smem_per_block() {
+  const int64_t limit = knob("HIBANA_CUDA_SMEM_LIMIT", 0);
+  return limit > 0 ? static_cast<int>(std::min<int64_t>(limit, g_smem_optin)) : g_smem_optin;
 }
 
 }  // namespace cuda

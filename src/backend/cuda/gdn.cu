@@ -324,8 +324,9 @@ namespace {
 // with HIBANA_CUDA_GDN_CHUNKED=1: off until the two-pass form, written without a GPU, has run on
 // one; the single-pass kernel it replaced was the default): the layout asks for aligned chunks and
 // a sequence can hold one (kChunk tokens, the others one each at least: never in decode), and
-// the heads fit the chunked kernels (key and value dims up to 128; others stay recurrent). The
-// 80B's 8k-token prefill 1.3% faster with it (docs/benchmarks.md, fifteenth slice).
+// the heads and the GPU fit the chunked kernels (key and value dims up to 128, and 138 KiB of
+// shared memory per block; others stay recurrent). The single-pass kernel made the 80B's
+// 8k-token prefill 1.3% faster (docs/benchmarks.md, fifteenth slice).
 bool chunked_pass(const BatchLayout& layout, const Backend::GdnShape& shape) {
   return layout.gdn_mode == GdnMode::aligned_chunks &&
          gdn::chunked_fits(shape.key_dim, shape.value_dim) &&

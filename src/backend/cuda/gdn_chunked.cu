@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "backend/cuda/gdn_impl.h"
+#include "backend/cuda/ops.h"
 
 namespace hibana::cuda::gdn {
 
@@ -374,9 +375,15 @@ void allow_smem(K kernel, size_t bytes) {
 
 }  // namespace
 
+bool chunked_fits(int64_t key_dim, int64_t value_dim) {
+  const size_t need = std::max(sizeof(PrepSmem), sizeof(StepSmem));
+  return key_dim <= kMaxDk && value_dim <= kMaxDv && need <= static_cast<size_t>(smem_per_block());
+}
+
 void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens) {
   static_assert(kMaxDk == 128 && kMaxDv == 128, "chunked_fits");
-  check(chunked_fits(p.dk, p.dv), ErrorKind::internal, "CUDA gdn: chunked form of too wide heads");
+  check(chunked_fits(p.dk, p.dv), ErrorKind::internal,
+        "CUDA gdn: chunked form of too wide heads or on too little shared memory");
   static const bool configured = [] {
     allow_smem(prepare_kernel, sizeof(PrepSmem));
     allow_smem(sequential_kernel, sizeof(StepSmem));

@@ -77,9 +77,9 @@ __device__ __forceinline__ ChunkSpan chunk_span(const RecParams& p, int64_t s) {
 // The chunked form over the whole aligned chunks of each sequence of a pass of num_tokens tokens
 // (gdn_chunked.cu); the tokens before and after them are the recurrent kernel's (Part).
 void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens);
-// Whether the chunked kernels take heads of these dims (both up to 128).
-inline bool chunked_fits(int64_t key_dim, int64_t value_dim) {
-  return key_dim <= 128 && value_dim <= 128;
-}
+// Whether the chunked kernels take heads of these dims (both up to 128) on this GPU: their
+// shared memory (the sequential kernel's 138 KiB) within smem_per_block(), so not on GPUs of
+// 99 KiB per block (DGX Spark's GB10, sm_86/89/120), whose passes stay recurrent.
+bool chunked_fits(int64_t key_dim, int64_t value_dim);
 
 }  // namespace hibana::cuda::gdn

@@ -88,6 +88,8 @@ struct Params {
   // past K), written by run_tiled before the product.
   const uint16_t* xsplit;
   int64_t ld_split, split_plane;
+  // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory).
+  int tiled_depth;
 };
 
 // The largest conv kernel the decode matmul applies (its windows sit in registers).
@@ -229,8 +231,9 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 bool gemv_x_fits(const Params& p, Elt elt, int64_t rows);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
-// weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list).
-bool tiled_supports(const Params& p, bool grouped);
+// weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list), where
+// two of its stages fit the GPU's shared memory per block (smem_per_block).
+bool tiled_supports(const Params& p, Elt elt, bool grouped);
 void run_tiled(const Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
 
 }  // namespace hibana::cuda::mm

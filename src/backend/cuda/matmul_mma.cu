@@ -323,7 +323,7 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
     run_gemv(small, elt, true, 8, groups);
     p.rows_min = 9;
   }
-  if (max_rows > kParallelRows && tiled_supports(p, grouped))
+  if (max_rows > kParallelRows && tiled_supports(p, elt, grouped))
     return run_tiled(p, elt, grouped, max_rows, groups);
   const bool parallel = p.splits > 1 && max_rows <= kParallelRows;
   std::unique_ptr<Scratch> partial;

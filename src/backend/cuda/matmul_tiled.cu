@@ -1,5 +1,6 @@
 // Tensor-core matmul for large batches (prefill): a CTA computes a tile of 128 weight rows x 64
-// tokens, streaming K through shared memory in stages of 64 (cp.async, three stages in flight),
+// tokens, streaming K through shared memory in stages of 64 (cp.async, three stages in flight —
+// two where the GPU's shared memory per block is 99 KiB and bf16 weights need 120 for three),
 // so every weight byte read from memory serves 64 tokens and every activation 128 rows.
 //
 // Same arithmetic as the small-batch kernel (matmul_mma.cu), bit for bit: the activations of a
@@ -20,9 +21,11 @@
 // stage and one barrier a stage instead of two. The same terms in the same fragment places,
 // every accumulator's mmas in the same order: the same bits.
 #include <algorithm>
+#include <mutex>
 
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
+#include "backend/cuda/ops.h"
 
 namespace hibana::cuda::mm {
 
@@ -31,8 +34,8 @@ namespace {
 constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
 constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
 constexpr int kThreads = 256;
-constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
-constexpr int kStages = 3;
+constexpr int kStageK = 64;   // k per pipeline stage (a multiple of both chunk sizes' halves)
+constexpr int kMaxDepth = 3;  // pipeline slots (Params::tiled_depth: 3, or 2 where memory is short)
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
 template <Elt E, bool kPre>
@@ -49,7 +52,7 @@ struct Tile {
   static constexpr int kXBytes = kPre ? 3 * kTermBytes : kTileTokens * kStageK * 4;
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kSplitBytes = kPre ? 0 : 3 * kTileTokens * kTermWords * 4;
-  static constexpr int kSmem = kStages * kStageBytes + kSplitBytes;
+  static constexpr int smem(int depth) { return depth * kStageBytes + kSplitBytes; }
 
   // Byte offset of 16-byte piece `piece` of weight row `row` within a stage: 128-byte rows put
   // odd rows' pieces in the other half of the banks (a quarter-warp reads rows g, g+1).
@@ -84,7 +87,8 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   using T = Tile<E, kPre>;
   // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
   extern __shared__ __align__(128) unsigned char smem[];
-  uint32_t* split = reinterpret_cast<uint32_t*>(smem + kStages * T::kStageBytes);  // [3][tok][w]
+  const int depth = p.tiled_depth;
+  uint32_t* split = reinterpret_cast<uint32_t*>(smem + depth * T::kStageBytes);  // [3][tok][w]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   MatPtr mat = p.single;
@@ -118,10 +122,10 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
   const int64_t stages = (p.K + kStageK - 1) / kStageK;
-  // Stage kt's weights and raw activations into slot kt % kStages; pieces past K or past the
-  // tile's rows are zeros.
-  auto load_stage = [&](int64_t kt) {
-    unsigned char* base = smem + (kt % kStages) * T::kStageBytes;
+  // Stage kt's weights and raw activations into slot `slot` (kt % depth); pieces past K or past
+  // the tile's rows are zeros.
+  auto load_stage = [&](int64_t kt, int slot) {
+    unsigned char* base = smem + slot * T::kStageBytes;
     const int64_t k0 = kt * kStageK;
     constexpr int kWPieces = T::kWBytes / 16, kPiecesPerRow = T::kRowBytes / 16;
     for (int i = threadIdx.x; i < kWPieces; i += kThreads) {
@@ -278,22 +282,30 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     }
   };
 
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < stages) load_stage(s);
+  for (int s = 0; s < depth - 1; ++s) {
+    if (s < stages) load_stage(s, s);
     cp_async_commit();
   }
+  // Stage kt is in slot kt % depth; stage kt + depth - 1 goes to the slot stage kt - 1 left.
+  int slot = 0, next_slot = depth - 1;
   for (int64_t kt = 0; kt < stages; ++kt) {
-    cp_async_wait<kStages - 2>();
+    if (depth == kMaxDepth) {
+      cp_async_wait<kMaxDepth - 2>();
+    } else {
+      cp_async_wait<0>();
+    }
     // Stage kt has landed; every warp is done with the previous stage's slot (the one loaded
     // next) and split terms.
     __syncthreads();
-    if constexpr (!kPre) split_stage(static_cast<int>(kt % kStages));
-    if (kt + kStages - 1 < stages) load_stage(kt + kStages - 1);
+    if constexpr (!kPre) split_stage(slot);
+    if (kt + depth - 1 < stages) load_stage(kt + depth - 1, next_slot);
     cp_async_commit();
     if constexpr (!kPre) __syncthreads();  // the split terms are visible
     const int64_t k0 = kt * kStageK;
     if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
-    compute(static_cast<int>(kt % kStages), k0);
+    compute(slot, k0);
+    slot = slot + 1 == depth ? 0 : slot + 1;
+    next_slot = next_slot + 1 == depth ? 0 : next_slot + 1;
   }
   end_split(p.K <= p.split_len);
 
@@ -346,15 +358,32 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
   }
 }
 
+// The pipeline depth a tile of this format can have on this GPU (smem_per_block): 3, 2, or 0
+// (it does not fit).
+template <Elt E, bool kPre>
+int depth_for() {
+  using T = Tile<E, kPre>;
+  const int limit = smem_per_block();
+  return T::smem(kMaxDepth) <= limit ? kMaxDepth : T::smem(2) <= limit ? 2 : 0;
+}
+
 template <Elt E, bool kGrouped, bool kPre>
-void launch(const Params& p, int64_t max_rows, int groups) {
-  constexpr int smem = Tile<E, kPre>::kSmem;
-  static const bool configured = [] {  // once per instantiation
-    HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped, kPre>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
-  }();
-  (void)configured;
+void launch(Params p, int64_t max_rows, int groups) {
+  using T = Tile<E, kPre>;
+  p.tiled_depth = depth_for<E, kPre>();
+  check(p.tiled_depth > 0, ErrorKind::internal, "tiled matmul: not enough shared memory");
+  const int smem = T::smem(p.tiled_depth);
+  // The kernel may take what this launch needs (never more than the GPU's limit: depth_for).
+  {
+    static std::mutex m;
+    static int allowed = 0;  // per instantiation
+    std::lock_guard<std::mutex> lock(m);
+    if (smem > allowed) {
+      HIBANA_CUDA(cudaFuncSetAttribute(tiled_kernel<E, kGrouped, kPre>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      allowed = smem;
+    }
+  }
   // Grouped: every group's tiles in one list, at most one partial tile per group.
   const int64_t tiles = kGrouped ? (p.M + kTileTokens - 1) / kTileTokens + groups
                                  : (max_rows + kTileTokens - 1) / kTileTokens;
@@ -375,14 +404,23 @@ void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int gr
                    : launch_elt<Elt::fp8, kPre>(p, grouped, max_rows, groups);
 }
 
+bool presplit() {
+  return knob_on("HIBANA_CUDA_TILED_PRESPLIT", false);
+}
+
 }  // namespace
 
-bool tiled_supports(const Params& p, bool grouped) {
-  return p.vec_x && (!grouped || p.tile_start != nullptr);
+bool tiled_supports(const Params& p, Elt elt, bool grouped) {
+  if (!p.vec_x || (grouped && p.tile_start == nullptr)) return false;
+  const bool pre = presplit();
+  const int depth = elt == Elt::bf16
+                        ? (pre ? depth_for<Elt::bf16, true>() : depth_for<Elt::bf16, false>())
+                        : (pre ? depth_for<Elt::fp8, true>() : depth_for<Elt::fp8, false>());
+  return depth > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!knob_on("HIBANA_CUDA_TILED_PRESPLIT", false)) {
+  if (!presplit()) {
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.

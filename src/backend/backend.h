@@ -277,6 +277,10 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend();
 // True when this build has the CUDA backend and the machine has a CUDA GPU.
 bool cuda_available();
+// The shared memory a CUDA kernel's block may ask for once a CUDA backend exists: the GPU's
+// opt-in limit (227 KiB on sm_90, 99 KiB on DGX Spark's GB10), or HIBANA_CUDA_SMEM_LIMIT bytes
+// if less; the kernels that need more take other paths. 0 without CUDA.
+int cuda_shared_memory_per_block();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

@@ -6,6 +6,10 @@ namespace hibana {
 
 bool cuda_available() { return false; }
 
+int cuda_shared_memory_per_block() {
+  return 0;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(ErrorKind::unsupported,
               "this hibana was built without CUDA (nvcc was not found when it was configured)");

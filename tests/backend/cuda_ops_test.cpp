@@ -24,8 +24,8 @@
 namespace hibana {
 namespace {
 
-using test::randn;
 using test::make_weight;
+using test::randn;
 using test::ScopedEnv;
 using test::TestWeight;
 
@@ -206,11 +206,7 @@ TEST_F(CudaOps, MatmulUnalignedShapesMatchCpu) {
     EXPECT_EQ(std::memcmp(alone.data(), all.data() + (M - 1) * N, N * sizeof(float)), 0);
     // The same rows inside a wider buffer whose columns past K are NaN (as a graph's reused
     // memory may hold): nothing past K is read, so the bits are the same, alone and together.
-    std::vector<float> padded(M * (K + 8), std::nanf(""));
-    for (int64_t r = 0; r < M; ++r)
-      std::copy(x.begin() + r * K, x.begin() + (r + 1) * K, padded.begin() + r * (K + 8));
-    Tensor fenced_x = upload(padded.data(), DType::f32, {M, K + 8});
-    fenced_x.shape[1] = K;
+    Tensor fenced_x = upload_fenced(x, M, K);
     Tensor fenced = device_f32(M, N);
     gpu->matmul(fenced_x, w.dev, fenced);
     EXPECT_EQ(std::memcmp(download(fenced).data(), all.data(), M * N * sizeof(float)), 0)

@@ -41,11 +41,9 @@ TEST_F(CudaTiledMatmul, PresplitActivationsGiveTheBitsOfTheInKernelSplit) {
                           {DType::bf16, int64_t{2048}},
                           {DType::f8_e4m3, int64_t{2048}}}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)) + " K=" + std::to_string(K));
-    const int64_t N = 300, M = 150, pitch = K + 8;
+    const int64_t N = 300, M = 150;
     const std::vector<float> x = randn(M * K, 21);
-    std::vector<float> padded(M * pitch, std::nanf(""));
-    for (int64_t r = 0; r < M; ++r) std::memcpy(&padded[r * pitch], &x[r * K], K * sizeof(float));
-    const Tensor xd = first_columns(upload(padded.data(), DType::f32, {M, pitch}), K);
+    const Tensor xd = upload_fenced(x, M, K);
     const TestWeight w = make_weight(*this, dtype, N, K, 22);
     std::vector<float> ref(M * N);
     cpu->matmul(Tensor(const_cast<float*>(x.data()), DType::f32, {M, K}), w.host,
@@ -69,18 +67,19 @@ TEST_F(CudaTiledMatmul, PresplitActivationsGiveTheBitsOfTheInKernelSplit) {
 }
 
 // GPUs with 99 KiB of shared memory a block (DGX Spark's GB10, sm_86/89/120) cannot hold the
-// bf16 tiles' three stages (120 KiB): two stages, the same bits; with less still (60000 bytes),
-// the small-batch kernel takes the product, the same bits. Both ways of splitting, 150 rows.
+// bf16 tiles' three stages (120 KiB): two stages, the same bits (fp8's three fit; at 90 KiB both
+// formats and both splitting ways take two); with less still (60000 bytes), the small-batch
+// kernel takes the product, the same bits. 150 rows; K = 1040 ends 16 into its last stage.
 TEST_F(CudaTiledMatmul, LessSharedMemoryGivesTheSameBits) {
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const int64_t N = 300, M = 150, K = 1024;
+    const int64_t N = 300, M = 150, K = 1040;
     const std::vector<float> x = randn(M * K, 25);
     const Tensor xd = upload(x.data(), DType::f32, {M, K});
     const TestWeight w = make_weight(*this, dtype, N, K, 26);
     std::vector<float> first;
     for (const char* pre : {"0", "1"}) {
-      for (const char* limit : {"", "101376", "60000"}) {
+      for (const char* limit : {"", "101376", "92160", "60000"}) {
         SCOPED_TRACE(std::string("pre-split ") + pre + ", limit " + limit);
         ScopedEnv knob("HIBANA_CUDA_TILED_PRESPLIT", pre), small("HIBANA_CUDA_SMEM_LIMIT", limit);
         Tensor out = device_f32(M, N, std::nanf(""));

@@ -62,6 +62,17 @@ class CudaFixture : public testing::Test {
     std::vector<float> values(rows * cols, v);
     return upload(values.data(), DType::f32, {rows, cols});
   }
+  // x ([rows, cols], row-major) on the device inside a buffer `pad` columns wider whose extra
+  // columns are NaN (as a graph's reused memory may hold): a view of the first cols columns.
+  Tensor upload_fenced(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t pad = 8) {
+    std::vector<float> padded(rows * (cols + pad), std::nanf(""));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(x.begin() + r * cols, x.begin() + (r + 1) * cols,
+                padded.begin() + r * (cols + pad));
+    Tensor t = upload(padded.data(), DType::f32, {rows, cols + pad});
+    t.shape[1] = cols;
+    return t;
+  }
   // Columns [0, width) of a row-major f32 tensor: a view with the wider row pitch.
   static Tensor first_columns(const Tensor& t, int64_t width) {
     Tensor v = t;

@@ -535,6 +535,10 @@ int smem_per_block() {
 
 }  // namespace cuda
 
+int cuda_shared_memory_per_block() {
+  return cuda::smem_per_block();
+}
+
 bool cuda_available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

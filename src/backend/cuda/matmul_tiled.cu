@@ -34,7 +34,9 @@ namespace {
 constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
 constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
 constexpr int kThreads = 256;
-constexpr int kStageK = 64;   // k per pipeline stage (a multiple of both chunk sizes' halves)
+constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
+// The kernel's static shared memory: its tile's x and out row numbers.
+constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t));
 constexpr int kMaxDepth = 3;  // pipeline slots (Params::tiled_depth: 3, or 2 where memory is short)
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
@@ -117,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
 
   __shared__ int64_t x_row[kTileTokens], o_row[kTileTokens];
+  static_assert(sizeof(x_row) + sizeof(o_row) == kStaticSmem, "depth_for counts them");
   fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, x_row, o_row);
   __syncthreads();
 
@@ -136,14 +139,18 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
                  wbase + ((ok ? n : 0) * p.ldw + (ok ? k : 0)) * T::esize, ok);
     }
     if constexpr (kPre) {  // the terms' 16-byte units; rows are whole stages (zeros past K)
-      constexpr int kUnits = kStageK * 2 / 16;
-      for (int i = threadIdx.x; i < 3 * kTileTokens * kUnits; i += kThreads) {
-        const int term = i / (kTileTokens * kUnits), tok = i / kUnits % kTileTokens;
-        const int u = i % kUnits;
+      // A thread copies unit u of tokens tok0 and tok0 + 32 in each term's plane.
+      static_assert(kThreads == 8 * kTileTokens / 2, "a unit of two tokens a thread");
+      const int u = threadIdx.x % 8, tok0 = threadIdx.x / 8;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int tok = tok0 + 32 * half;
         const int64_t r = x_row[tok];
-        const uint16_t* plane = p.xsplit + term * p.split_plane;
-        cp_async16(base + T::kWBytes + term * T::kTermBytes + T::unit_offset(tok, u),
-                   plane + (r >= 0 ? r * p.ld_split + k0 + 8 * u : 0), r >= 0);
+        const uint16_t* src = p.xsplit + (r >= 0 ? r * p.ld_split + k0 + 8 * u : 0);
+        unsigned char* dst = base + T::kWBytes + T::unit_offset(tok, u);
+#pragma unroll
+        for (int term = 0; term < 3; ++term)
+          cp_async16(dst + term * T::kTermBytes, src + term * p.split_plane, r >= 0);
       }
     } else {
       float* xs = reinterpret_cast<float*>(base + T::kWBytes);
@@ -286,8 +293,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     if (s < stages) load_stage(s, s);
     cp_async_commit();
   }
-  // Stage kt is in slot kt % depth; stage kt + depth - 1 goes to the slot stage kt - 1 left.
-  int slot = 0, next_slot = depth - 1;
+  // Stage kt is in slot kt % depth; stage kt + depth - 1 goes to the slot stage kt - 1 left
+  // (the one before, cyclically).
+  int slot = 0;
   for (int64_t kt = 0; kt < stages; ++kt) {
     if (depth == kMaxDepth) {
       cp_async_wait<kMaxDepth - 2>();
@@ -298,14 +306,13 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     // next) and split terms.
     __syncthreads();
     if constexpr (!kPre) split_stage(slot);
-    if (kt + depth - 1 < stages) load_stage(kt + depth - 1, next_slot);
+    if (kt + depth - 1 < stages) load_stage(kt + depth - 1, slot == 0 ? depth - 1 : slot - 1);
     cp_async_commit();
     if constexpr (!kPre) __syncthreads();  // the split terms are visible
     const int64_t k0 = kt * kStageK;
     if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
     compute(slot, k0);
     slot = slot + 1 == depth ? 0 : slot + 1;
-    next_slot = next_slot + 1 == depth ? 0 : next_slot + 1;
   }
   end_split(p.K <= p.split_len);
 
@@ -358,12 +365,12 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
   }
 }
 
-// The pipeline depth a tile of this format can have on this GPU (smem_per_block): 3, 2, or 0
-// (it does not fit).
+// The pipeline depth a tile of this format can have on this GPU (smem_per_block, which the
+// kernel's static row lists share): 3, 2, or 0 (it does not fit).
 template <Elt E, bool kPre>
 int depth_for() {
   using T = Tile<E, kPre>;
-  const int limit = smem_per_block();
+  const int limit = smem_per_block() - kStaticSmem;
   return T::smem(kMaxDepth) <= limit ? kMaxDepth : T::smem(2) <= limit ? 2 : 0;
 }
 

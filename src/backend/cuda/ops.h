@@ -9,8 +9,9 @@ namespace hibana::cuda {
 int num_sms();
 // The shared memory a CTA may ask for: the GPU's opt-in limit (227 KiB on sm_90, 99 KiB on
 // sm_86/89/120/121 such as DGX Spark's GB10), or HIBANA_CUDA_SMEM_LIMIT bytes if that is less —
-// so a GPU with more runs, and tests check, the paths of one with less. Kernels that would need
-// more take fewer pipeline stages or another kernel (the same bits). Read at every call.
+// so a GPU with more runs, and tests check, the paths of one with less (values near a real GPU's:
+// far lower ones leave some kernels nothing that fits, e.g. head_dim 256 attention below 66 KB).
+// Kernels that would need more take fewer pipeline stages or another kernel. Read at every call.
 int smem_per_block();
 
 // elementwise.cu

@@ -30,6 +30,8 @@
 //               (what the engine could add without touching its kernels): op j's prefetch is
 //               a one-warp kernel on the second stream that depends on op j - D's completion
 //               (an event recorded after it), so it runs while ops j - D + 1 .. j - 1 do;
+//               `known` leaves the experts' products out (an engine learns which experts
+//               only from the router): what prefetching the rest is worth;
 //
 // beside a bare read of every weight byte (the stream a step cannot beat) and the copy
 // bandwidth. SMALL=1 puts two one-CTA ops in each layer (a norm after the mixer and after the
@@ -68,6 +70,7 @@ struct Op {
   int rows_per_warp;
   int tiles;       // ceil(n / (kWarps * rows_per_warp)); 1 for a norm
   bool norm;       // a one-CTA op: out = x / rms(x) over n = k values
+  bool routed;     // the experts' products (which experts: known only once the router has run)
   const float* x;  // input vector (the previous op's output)
   float* out;      // [n]
 };
@@ -326,13 +329,13 @@ int main() {
   // gate/up (10 routed + the shared one), their down projections. bf16 columns = bytes / 2.
   struct Shape {
     int n, k_bytes;
-    bool norm_after;
+    bool norm_after, routed;
   };
-  const Shape layer[] = {{12352, 2048, false},
-                         {2048, 4096, true},
-                         {512, 4096, false},
-                         {11264, 2048, false},
-                         {22528, 512, true}};
+  const Shape layer[] = {{12352, 2048, false, false},
+                         {2048, 4096, true, false},
+                         {512, 4096, false, false},
+                         {11264, 2048, false, true},
+                         {22528, 512, true, true}};
   std::vector<Op> ops;
   size_t total_bytes = 0;
   for (int l = 0; l < layers; ++l) {
@@ -342,6 +345,7 @@ int main() {
       op.k = sh.k_bytes / 2;
       op.rows_per_warp = kWarpBytes / sh.k_bytes;
       op.tiles = (op.n + kWarps * op.rows_per_warp - 1) / (kWarps * op.rows_per_warp);
+      op.routed = sh.routed;
       ops.push_back(op);
       total_bytes += static_cast<size_t>(op.n) * sh.k_bytes;
       if (small && sh.norm_after) {
@@ -522,23 +526,28 @@ int main() {
       report(what.c_str(), us);
       compare(what);
     }
-    // Paced by the graph: an event after each op; op j's prefetch waits for op j - D's.
+    // Paced by the graph: an event after each op; op j's prefetch waits for op j - D's. `known`:
+    // the experts' products are not prefetched (an engine knows which experts only once the
+    // router has run: what is left without them).
     std::vector<cudaEvent_t> after(ops.size());
     for (cudaEvent_t& e : after) CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    for (int D : {2, 3}) {
+    for (const std::pair<int, bool> way : {std::pair{2, false}, {3, false}, {2, true}}) {
+      const int D = way.first;
+      const bool known = way.second;
+      auto wanted = [&](size_t j) { return spans[j].bytes > 0 && !(known && ops[j].routed); };
       poison();
       const float us = graph_us(s, 1, [&] {
         CHECK(cudaEventRecord(fork, s));
         CHECK(cudaStreamWaitEvent(side, fork, 0));
         for (size_t j = 0; j < ops.size() && static_cast<int>(j) < D; ++j) {
-          if (spans[j].bytes) prefetch_span<<<1, 32, 0, side>>>(spans[j]);
+          if (wanted(j)) prefetch_span<<<1, 32, 0, side>>>(spans[j]);
         }
         CHECK(cudaGetLastError());
         for (size_t i = 0; i < ops.size(); ++i) {
           launch_op(ops[i], true, s);
           CHECK(cudaEventRecord(after[i], s));
           const size_t j = i + D;  // op i done: prefetch op i + D
-          if (j < ops.size() && spans[j].bytes) {
+          if (j < ops.size() && wanted(j)) {
             CHECK(cudaStreamWaitEvent(side, after[i], 0));
             prefetch_span<<<1, 32, 0, side>>>(spans[j]);
             CHECK(cudaGetLastError());
@@ -547,7 +556,7 @@ int main() {
         CHECK(cudaEventRecord(join, side));
         CHECK(cudaStreamWaitEvent(s, join, 0));
       });
-      const std::string what = "graph-early+L2 ev " + std::to_string(D);
+      const std::string what = "graph-early+L2 ev " + std::to_string(D) + (known ? " known" : "");
       report(what.c_str(), us);
       compare(what);
     }

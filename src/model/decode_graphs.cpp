@@ -119,12 +119,15 @@ bool DecodeGraphs::run(std::span<const SequenceInput> seqs, const StateViews& st
     body(e.ids, e.layout, e.logits);  // this step's results, op by op
     if (!e.failed) {
       be_.begin_capture();
+      bool whole = true;
       try {
         body(e.ids, e.layout, e.logits);
       } catch (const std::exception& ex) {
         log_warn("recording a decode graph failed: ", ex.what());
+        whole = false;
       }
-      e.graph = be_.end_capture();
+      e.graph = be_.end_capture();  // (always: the recording must end)
+      if (!whole) e.graph.reset();  // it holds only the ops before the throw: never replay it
       e.failed = e.graph == nullptr;
     }
   }

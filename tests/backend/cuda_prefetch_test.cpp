@@ -56,5 +56,37 @@ TEST_F(CudaPrefetch, ARecordedStepWithPrefetchesReplaysWithTheProductsBits) {
   }
 }
 
+// A recording that breaks after a prefetch (a wait for the device cannot be recorded: it throws
+// and invalidates the recording) ends without a throw and without a graph; the stream is then
+// usable op by op, and the next recording, prefetch and all, succeeds.
+TEST_F(CudaPrefetch, ARecordingThatBreaksAfterAPrefetchLeavesTheStreamUsable) {
+  if (!gpu->can_capture()) GTEST_SKIP() << "graphs are off";
+  ScopedEnv on("HIBANA_CUDA_L2_PREFETCH", "1");
+  const int64_t M = 1, K = 512, N = 256;
+  const std::vector<float> x = randn(M * K, 44);
+  const Tensor xd = upload(x.data(), DType::f32, {M, K});
+  const TestWeight w = make_weight(*this, DType::bf16, N, K, 45);
+  Tensor y = device_f32(M, N, std::nanf(""));
+  gpu->begin_capture();
+  gpu->prefetch({&w.dev});
+  gpu->matmul(xd, w.dev, y);
+  EXPECT_ANY_THROW(gpu->synchronize());
+  std::shared_ptr<void> graph;
+  EXPECT_NO_THROW(graph = gpu->end_capture());
+  EXPECT_EQ(graph, nullptr);
+
+  gpu->matmul(xd, w.dev, y);  // op by op
+  const std::vector<float> ref = download(y);
+  ASSERT_FALSE(std::isnan(ref[0]));
+  Tensor y2 = device_f32(M, N, std::nanf(""));
+  gpu->begin_capture();
+  gpu->prefetch({&w.dev});
+  gpu->matmul(xd, w.dev, y2);
+  graph = gpu->end_capture();
+  ASSERT_NE(graph, nullptr);
+  gpu->replay(graph);
+  EXPECT_EQ(std::memcmp(download(y2).data(), ref.data(), ref.size() * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace hibana

@@ -40,27 +40,30 @@ __global__ void prefetch_kernel(Spans s) {
 #endif
 }
 
-// The recording thread's second stream and its fork and join events, and whether the stream
-// has work the recording must join.
+// The recording thread's second stream and its fork and join events (made at its first
+// prefetch), and whether the stream has work its recording must join.
 struct Side {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  bool pending = false;
 };
+thread_local bool t_pending = false;
 
-Side& side() {
-  thread_local Side s = [] {
-    Side x;
-    HIBANA_CUDA(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking));
-    HIBANA_CUDA(cudaEventCreateWithFlags(&x.fork, cudaEventDisableTiming));
-    HIBANA_CUDA(cudaEventCreateWithFlags(&x.join, cudaEventDisableTiming));
-    return x;
+// Null where the stream or its events could not be made (the hint is then dropped).
+Side* side() {
+  thread_local Side s;
+  thread_local bool made = [] {
+    return cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) == cudaSuccess &&
+           cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming) == cudaSuccess &&
+           cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming) == cudaSuccess;
   }();
-  return s;
+  if (!made) cudaGetLastError();
+  return made ? &s : nullptr;
 }
 
 }  // namespace
 
+// A hint: every failure is reported and dropped, never thrown (a throw inside a recording
+// would cost the step its graph).
 void prefetch_l2(std::initializer_list<const Weight*> weights) {
   Spans s{};
   for (const Weight* w : weights) {
@@ -73,21 +76,26 @@ void prefetch_l2(std::initializer_list<const Weight*> weights) {
     s.bytes[s.n] = bytes / 16 * 16;
     ++s.n;
   }
-  if (s.n == 0) return;
-  Side& x = side();
-  HIBANA_CUDA(cudaEventRecord(x.fork, stream()));
-  HIBANA_CUDA(cudaStreamWaitEvent(x.stream, x.fork, 0));
-  prefetch_kernel<<<1, 32, 0, x.stream>>>(s);
-  launched("prefetch_kernel");
-  x.pending = true;
+  Side* x = s.n > 0 ? side() : nullptr;
+  if (x == nullptr) return;
+  cudaError_t e = cudaEventRecord(x->fork, stream());
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(x->stream, x->fork, 0);
+  if (e == cudaSuccess) {
+    t_pending = true;  // the side stream is in the recording now: join it, launch or not
+    prefetch_kernel<<<1, 32, 0, x->stream>>>(s);
+    e = cudaGetLastError();
+  }
+  warn_cuda(e, "L2 prefetch");
 }
 
+// Never throws: the recording must reach cudaStreamEndCapture, which reports what failed.
 void join_prefetches() {
-  Side& x = side();
-  if (!x.pending) return;
-  HIBANA_CUDA(cudaEventRecord(x.join, x.stream));
-  HIBANA_CUDA(cudaStreamWaitEvent(stream(), x.join, 0));
-  x.pending = false;
+  if (!t_pending) return;
+  t_pending = false;
+  Side* x = side();
+  cudaError_t e = cudaEventRecord(x->join, x->stream);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(stream(), x->join, 0);
+  warn_cuda(e, "joining the L2 prefetches");
 }
 
 }  // namespace hibana::cuda

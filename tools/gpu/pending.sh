@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as three device calls of under
-# ten minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with and without the
-# off-by-default switches, the prefill A/Bs), `2` (the L2-prefetch chain experiment, the 80B decode
-# sweep of the unmeasured switches, the attention split sweep), `3` (compute-sanitizer on the new
-# kernels, Nsight Compute of the tiled matmul both ways). Logs under $OUT.
+# The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
+# minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with and without the
+# off-by-default switches), `2` (the L2-prefetch chain experiment, the 8192-token prefill A/Bs),
+# `3` (the 80B decode sweep of the unmeasured switches, compute-sanitizer on the new kernels), `4`
+# (racecheck, the attention split sweep, Nsight Compute of the tiled matmul both ways). Logs
+# under $OUT.
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
 B=build-gpu
@@ -22,33 +23,39 @@ pf() {
   done
 }
 
+# Each call builds first: a machine that went back between calls keeps no build.
 call1() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -3
   timeout 240 tools/gpu/check.sh tests 2>&1 | tail -25
   timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+}
+
+call2() {
+  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  timeout 120 tools/gpu/check.sh chain 2>&1 | grep -v 'identical' | tail -30
   pf qwen3-next-80b-a3b fp8 "" HIBANA_CUDA_GDN_CHUNKED=1 \
     "HIBANA_CUDA_GDN_CHUNKED=1 HIBANA_CUDA_CONV_TOKENS=1" \
     "HIBANA_CUDA_GDN_CHUNKED=1 HIBANA_CUDA_CONV_TOKENS=1 HIBANA_CUDA_TILED_PRESPLIT=1"
   pf qwen3-8b bf16 "" HIBANA_CUDA_TILED_PRESPLIT=1 HIBANA_CUDA_SMEM_LIMIT=101376
 }
 
-call2() {
+call3() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 200 tools/gpu/check.sh chain 2>&1 | grep -v 'identical' | tail -30
   CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 VARIANTS="base;HIBANA_CUDA_FUSED_MATMUL_NORM=1;\
 HIBANA_CUDA_FUSED_MATMUL_CONV=1;HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1;\
 HIBANA_CUDA_L2_PREFETCH=1" timeout 240 tools/gpu/check.sh sweep 2>&1 | tail -9
-  CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
-    timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -6
+  local f='CudaGdn*:CudaFusedOps.ConvIn*:CudaFusedOps.GatedNorm*:CudaTiledMatmul*:CudaPrefetch*'
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
+    --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -3
 }
 
-call3() {
+# What the first three leave: racecheck, the attention split sweep, the tiled kernel's profile.
+call4() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  local f='CudaGdn*:CudaFusedOps.ConvIn*:CudaFusedOps.GatedNorm*:CudaTiledMatmul*:CudaPrefetch*'
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -3
   timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
     --gtest_filter='CudaTiledMatmul*:CudaGdn.Chunked*' --gtest_brief=1 2>&1 | tail -3
+  CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
+    timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -6
   for v in "" HIBANA_CUDA_TILED_PRESPLIT=1; do
     local r=$OUT/tiled_$(echo "${v:-base}" | tr -c a-zA-Z0-9 _)
     env $v timeout 80 ncu --set full -k regex:tiled_kernel --launch-skip 20 --launch-count 1 \
@@ -67,5 +74,6 @@ case "${1:-}" in
   1) call1 ;;
   2) call2 ;;
   3) call3 ;;
-  *) echo "usage: $0 1|2|3" >&2; exit 2 ;;
+  4) call4 ;;
+  *) echo "usage: $0 1|2|3|4" >&2; exit 2 ;;
 esac

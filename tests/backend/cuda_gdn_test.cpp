@@ -1,8 +1,8 @@
-// The Gated DeltaNet's chunked form on CUDA (the default, HIBANA_CUDA_GDN_CHUNKED; layouts asking
-// for aligned chunks) against the CPU's chunked form: a prefill whose sequences start at and off a
-// chunk boundary (tokens before, in and after whole aligned chunks), one too short for a chunk,
-// and one with a snapshot (all recurrent, as on the CPU); and the conv's two kernels against each
-// other and the CPU. Skipped without a GPU.
+// The Gated DeltaNet's chunked form on CUDA (HIBANA_CUDA_GDN_CHUNKED=1, off until it has run on a
+// GPU; layouts asking for aligned chunks) against the CPU's chunked form: a prefill whose sequences
+// start at and off a chunk boundary (tokens before, in and after whole aligned chunks), one too
+// short for a chunk, and one with a snapshot (all recurrent, as on the CPU); and the conv's two
+// kernels against each other and the CPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,11 +139,11 @@ TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
   }
 }
 
-// The conv over a prefill's tokens in parallel (the default where sequences average 32 tokens)
-// against the kernel walking each sequence (HIBANA_CUDA_CONV_TOKENS=0): the same bits for the
-// outputs, the carried states and a snapshot — sequences shorter than the window (the state
-// reaches past them), a padding row (slot -1), runs of 8 tokens crossing sequence boundaries —
-// and, to rounding, the CPU's.
+// The conv over a prefill's tokens in parallel (HIBANA_CUDA_CONV_TOKENS=1, off until it has run;
+// then where sequences average 32 tokens) against the kernel walking each sequence
+// (HIBANA_CUDA_CONV_TOKENS=0): the same bits for the outputs, the carried states and a snapshot
+// — sequences shorter than the window (the state reaches past them), a padding row (slot -1),
+// runs of 8 tokens crossing sequence boundaries — and, to rounding, the CPU's.
 TEST_F(CudaGdn, ConvOverTokensHasTheBitsOfTheWalk) {
   // Sequence lengths: 1 and 2 (below the window of 3), 200, 5, 77 (a padding row), 3, 100.
   const std::vector<int32_t> n = {1, 2, 200, 5, 77, 3, 100};

@@ -397,7 +397,9 @@ void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens) {
   launch_pdl(chunk_list_kernel, 1, kThreads, 0, p, num_seqs, list);
   launched("chunk_list_kernel");
   const int64_t window = std::min<int64_t>(kWindow, max_chunks);
-  Scratch prep_mem(sizeof(Prepared) * static_cast<size_t>(window * p.nv));
+  // (Pooled: 84 MB a window on the 80B, past the size whose cudaFree would wait for the device
+  // in every DeltaNet layer.)
+  Scratch prep_mem(sizeof(Prepared) * static_cast<size_t>(window * p.nv), true);
   const dim3 step_grid(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.nv),
                        static_cast<unsigned>((p.dv + kCols - 1) / kCols));
   for (int64_t c0 = 0; c0 < max_chunks; c0 += kWindow) {

@@ -184,8 +184,19 @@ bool pdl_enabled() {
   return g_pdl && !off;
 }
 
-Scratch::Scratch(size_t bytes, bool pooled) : bytes_(bytes), pooled_(pooled) {
-  if (bytes) p_ = device_allocate(bytes, pooled);
+namespace {
+// HIBANA_CUDA_POOLED_SCRATCH=1 (a benchmark switch, read once): every scratch from the pool,
+// which then keeps a prefill's largest buffers — to see what the cudaFree waits of the large
+// ones cost.
+bool all_scratch_pooled() {
+  static const bool all = knob_on("HIBANA_CUDA_POOLED_SCRATCH", false);
+  return all;
+}
+}  // namespace
+
+Scratch::Scratch(size_t bytes, bool pooled)
+    : bytes_(bytes), pooled_(pooled || all_scratch_pooled()) {
+  if (bytes) p_ = device_allocate(bytes, pooled_);
 }
 Scratch::~Scratch() {
   if (p_) device_release(p_, bytes_, pooled_);

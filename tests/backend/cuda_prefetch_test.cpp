@@ -21,14 +21,22 @@ using test::randn;
 using test::ScopedEnv;
 using test::TestWeight;
 
-class CudaPrefetch : public test::CudaFixture {};
+// Every test records with the switch on (and skips where graphs are off).
+class CudaPrefetch : public test::CudaFixture {
+ public:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    if (!IsSkipped() && !gpu->can_capture()) GTEST_SKIP() << "graphs are off";
+  }
+
+ private:
+  ScopedEnv on_{"HIBANA_CUDA_L2_PREFETCH", "1"};
+};
 
 // Two dependent products recorded with a prefetch before each (the second also naming an empty
 // weight and a null one): the recording still ends in one graph, and its replays give the bits
 // the products give run one by one (the prefetches only read weights).
 TEST_F(CudaPrefetch, ARecordedStepWithPrefetchesReplaysWithTheProductsBits) {
-  if (!gpu->can_capture()) GTEST_SKIP() << "graphs are off";
-  ScopedEnv on("HIBANA_CUDA_L2_PREFETCH", "1");
   const int64_t M = 2, K = 1024, N = 768;
   const std::vector<float> x = randn(M * K, 41);
   const Tensor xd = upload(x.data(), DType::f32, {M, K});
@@ -60,8 +68,6 @@ TEST_F(CudaPrefetch, ARecordedStepWithPrefetchesReplaysWithTheProductsBits) {
 // and invalidates the recording) ends without a throw and without a graph; the stream is then
 // usable op by op, and the next recording, prefetch and all, succeeds.
 TEST_F(CudaPrefetch, ARecordingThatBreaksAfterAPrefetchLeavesTheStreamUsable) {
-  if (!gpu->can_capture()) GTEST_SKIP() << "graphs are off";
-  ScopedEnv on("HIBANA_CUDA_L2_PREFETCH", "1");
   const int64_t M = 1, K = 512, N = 256;
   const std::vector<float> x = randn(M * K, 44);
   const Tensor xd = upload(x.data(), DType::f32, {M, K});

@@ -391,7 +391,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   auto smem_for = [&](int stages) {
     return (stages * kTile * (2 * hd + 4) + group * hd) * sizeof(float);
   };
-  static const int smem_optin = [] {
+  // Every variant may use the GPU's whole opt-in memory (once); how much a launch takes follows
+  // smem_per_block(), which may be less.
+  static const bool configured = [] {
     int dev = 0, v = 0;
     HIBANA_CUDA(cudaGetDevice(&dev));
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -401,11 +403,10 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, v));
       }
     }
-    return v;
+    return true;
   }();
-  // (Every variant may use the GPU's whole opt-in memory; how much a launch takes follows
-  // smem_per_block(), which may be less.)
-  const int limit = std::min(smem_optin, smem_per_block());
+  (void)configured;
+  const int limit = smem_per_block();
   int stages = static_cast<int>(std::min<int64_t>(3, knob("HIBANA_CUDA_ATTENTION_STAGES", 3)));
   while (stages > 1 && smem_for(stages) > static_cast<size_t>(limit)) --stages;
   const size_t smem = smem_for(stages);

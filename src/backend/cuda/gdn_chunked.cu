@@ -381,7 +381,6 @@ bool chunked_fits(int64_t key_dim, int64_t value_dim) {
 }
 
 void launch_chunked(const RecParams& p, int64_t num_seqs, int64_t num_tokens) {
-  static_assert(kMaxDk == 128 && kMaxDv == 128, "chunked_fits");
   check(chunked_fits(p.dk, p.dv), ErrorKind::internal,
         "CUDA gdn: chunked form of too wide heads or on too little shared memory");
   static const bool configured = [] {

@@ -415,15 +415,15 @@ bool presplit() {
   return knob_on("HIBANA_CUDA_TILED_PRESPLIT", false);
 }
 
+int depth_of(Elt elt, bool pre) {
+  if (elt == Elt::bf16) return pre ? depth_for<Elt::bf16, true>() : depth_for<Elt::bf16, false>();
+  return pre ? depth_for<Elt::fp8, true>() : depth_for<Elt::fp8, false>();
+}
+
 }  // namespace
 
 bool tiled_supports(const Params& p, Elt elt, bool grouped) {
-  if (!p.vec_x || (grouped && p.tile_start == nullptr)) return false;
-  const bool pre = presplit();
-  const int depth = elt == Elt::bf16
-                        ? (pre ? depth_for<Elt::bf16, true>() : depth_for<Elt::bf16, false>())
-                        : (pre ? depth_for<Elt::fp8, true>() : depth_for<Elt::fp8, false>());
-  return depth > 0;
+  return p.vec_x && (!grouped || p.tile_start != nullptr) && depth_of(elt, presplit()) > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {

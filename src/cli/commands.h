@@ -21,5 +21,7 @@ void add_template_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
+void add_pull_command(CLI::App& app, Action& action);
+void add_ls_command(CLI::App& app, Action& action);
 
 }  // namespace hibana::cli

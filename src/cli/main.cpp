@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   cli::add_tokenize_command(app, action);
   cli::add_detokenize_command(app, action);
   cli::add_serve_command(app, action);
+  cli::add_pull_command(app, action);
+  cli::add_ls_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

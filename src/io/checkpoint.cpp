@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/hub.h"
 
 namespace hibana {
 
@@ -20,19 +21,6 @@ std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n");
   size_t e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> hub_cache_roots() {
-  std::vector<std::string> roots;
-  if (const char* c = std::getenv("HF_HUB_CACHE"); c && *c) roots.push_back(c);
-  if (const char* h = std::getenv("HF_HOME"); h && *h) roots.push_back(std::string(h) + "/hub");
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    roots.push_back(std::string(x) + "/huggingface/hub");
-  }
-  if (const char* home = std::getenv("HOME"); home && *home) {
-    roots.push_back(std::string(home) + "/.cache/huggingface/hub");
-  }
-  return roots;
 }
 
 }  // namespace
@@ -88,7 +76,7 @@ std::string resolve_model_dir(const std::string& model) {
   throw Error(ErrorKind::not_found, model +
                                         ": no such directory, and not in the Hugging Face hub "
                                         "cache (looked in:" +
-                                        where + "); download it with `hf download " + repo + "`");
+                                        where + "); download it with `hibana pull " + model + "`");
 }
 
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
@@ -142,10 +130,10 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   for (const std::string& name : shard_names) {
     fs::path p = d / name;
     if (!fs::exists(p, ec)) {
-      throw Error(ErrorKind::not_found, p.string() + ": shard listed in " +
-                                            (index_map.empty() ? std::string("the directory")
-                                                               : index.string()) +
-                                            " is missing");
+      throw Error(ErrorKind::not_found,
+                  p.string() + ": shard listed in " +
+                      (index_map.empty() ? std::string("the directory") : index.string()) +
+                      " is missing");
     }
     files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
     size_t fi = files_.size() - 1;
@@ -160,8 +148,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   for (const auto& [tname, file] : index_map) {
     auto it = where_.find(tname);
     if (it == where_.end() || fs::path(files_[it->second]->path()).filename() != file) {
-      throw Error(ErrorKind::corrupt_data, index.string() + " says tensor '" + tname +
-                                               "' is in " + file + " but it is not there");
+      throw Error(ErrorKind::corrupt_data, index.string() + " says tensor '" + tname + "' is in " +
+                                               file + " but it is not there");
     }
   }
 }

@@ -1,0 +1,121 @@
+#include "io/hub.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace hibana {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string hf_home() {
+  if (std::string h = env("HF_HOME"); !h.empty()) return h;
+  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/huggingface";
+  return env("HOME") + "/.cache/huggingface";
+}
+
+}  // namespace
+
+std::string hub_cache_dir() {
+  if (std::string c = env("HF_HUB_CACHE"); !c.empty()) return c;
+  if (std::string c = env("HUGGINGFACE_HUB_CACHE"); !c.empty()) return c;
+  return hf_home() + "/hub";
+}
+
+std::vector<std::string> hub_cache_roots() {
+  std::vector<std::string> roots = {hub_cache_dir()};
+  auto add = [&roots](const std::string& r) {
+    if (std::find(roots.begin(), roots.end(), r) == roots.end()) roots.push_back(r);
+  };
+  if (std::string h = env("HF_HOME"); !h.empty()) add(h + "/hub");
+  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) add(x + "/huggingface/hub");
+  if (std::string home = env("HOME"); !home.empty()) add(home + "/.cache/huggingface/hub");
+  return roots;
+}
+
+std::string hub_endpoint() {
+  std::string e = env("HF_ENDPOINT");
+  if (e.empty()) e = "https://huggingface.co";
+  while (!e.empty() && e.back() == '/') e.pop_back();
+  return e;
+}
+
+std::string hub_token() {
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
+    if (std::string t = trim(env(name)); !t.empty()) return t;
+  }
+  std::string path = env("HF_TOKEN_PATH");
+  if (path.empty()) path = hf_home() + "/token";
+  std::ifstream in(path);
+  std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return trim(t);
+}
+
+bool hub_default_file(const std::string& path) {
+  if (path.find('/') != std::string::npos) return false;  // top level only
+  for (const char* glob :
+       {"*.json", "*.safetensors", "*.jinja", "*.txt", "tokenizer.model", "*.tiktoken"}) {
+    if (::fnmatch(glob, path.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<HubCachedModel> hub_cached_models() {
+  namespace fs = std::filesystem;
+  std::vector<HubCachedModel> out;
+  std::error_code ec;
+  for (const std::string& root : hub_cache_roots()) {
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      const size_t sep = name.find("--", 8);
+      if (name.rfind("models--", 0) != 0 || sep == std::string::npos || !e.is_directory()) continue;
+      HubCachedModel m;
+      m.repo = name.substr(8, sep - 8) + "/" + name.substr(sep + 2);
+      if (std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.repo == m.repo; })) {
+        continue;  // an earlier root has it: that is the copy --model finds
+      }
+      m.dir = e.path().string();
+      for (const auto& b : fs::directory_iterator(e.path() / "blobs", ec)) {
+        if (!b.is_regular_file()) continue;
+        m.bytes += b.file_size();
+        m.partial = m.partial || b.path().extension() == ".incomplete";
+      }
+      std::vector<std::string> snaps;
+      for (const auto& sd : fs::directory_iterator(e.path() / "snapshots", ec)) {
+        if (sd.is_directory()) snaps.push_back(sd.path().filename().string());
+      }
+      m.snapshots = snaps.size();
+      for (const auto& r : fs::recursive_directory_iterator(e.path() / "refs", ec)) {
+        if (!r.is_regular_file()) continue;
+        const std::string ref = r.path().lexically_relative(e.path() / "refs").string();
+        m.refs.push_back(ref);
+        if (ref == "main") {
+          std::ifstream in(r.path());
+          m.snapshot = trim(std::string((std::istreambuf_iterator<char>(in)), {}));
+        }
+      }
+      std::sort(m.refs.begin(), m.refs.end());
+      if (m.snapshot.empty() && snaps.size() == 1) m.snapshot = snaps[0];
+      out.push_back(std::move(m));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.repo < b.repo; });
+  return out;
+}
+
+}  // namespace hibana

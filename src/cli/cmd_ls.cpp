@@ -13,16 +13,6 @@ namespace hibana::cli {
 
 namespace {
 
-std::string size_text(uint64_t bytes) {
-  char buf[32];
-  if (bytes >= (1ull << 30)) {
-    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-  }
-  return buf;
-}
-
 // "runs: <model_type>", or why not (the config parser's reason, without the file's path).
 std::string verdict(const HubCachedModel& m) {
   if (m.snapshot.empty()) return "no snapshot for main";
@@ -49,8 +39,8 @@ int list_models() {
     for (const auto& r : m.refs) {
       if (r != "main") name += " @" + r;
     }
-    std::printf("%-44s %10s  %s%s\n", name.c_str(), size_text(m.bytes).c_str(), verdict(m).c_str(),
-                m.partial ? " [unfinished download: pull it again]" : "");
+    std::printf("%-44s %10s  %s%s\n", name.c_str(), byte_text(static_cast<double>(m.bytes)).c_str(),
+                verdict(m).c_str(), m.partial ? " [unfinished download: pull it again]" : "");
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 // cache (the one `hf download` fills), refusing before the weights move what hibana cannot run.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -26,18 +27,6 @@ struct PullArgs {
   bool force = false;
 };
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
-
 // Progress on stderr: a line rewritten in place on a terminal, one every 10 s otherwise.
 class ProgressPrinter {
  public:
@@ -45,7 +34,10 @@ class ProgressPrinter {
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - last_).count();
     if (!tty_ && dt < 10) return;
-    const double rate = last_bytes_ ? (p.bytes_done - last_bytes_) / std::max(dt, 1e-3) : 0;
+    const double rate =
+        last_bytes_
+            ? std::max(0.0, (double(p.bytes_done) - double(last_bytes_)) / std::max(dt, 1e-3))
+            : 0;
     last_ = now;
     last_bytes_ = p.bytes_done;
     std::string eta;
@@ -55,8 +47,8 @@ class ProgressPrinter {
     }
     const double pct = p.bytes_total ? 100.0 * p.bytes_done / p.bytes_total : 100.0;
     std::fprintf(stderr, "%s%s / %s (%.0f%%)  %s/s  files %zu/%zu%s  %s%s", tty_ ? "\r" : "",
-                 human_bytes(p.bytes_done).c_str(), human_bytes(p.bytes_total).c_str(), pct,
-                 human_bytes(rate).c_str(), p.files_done, p.files_total, eta.c_str(),
+                 byte_text(p.bytes_done).c_str(), byte_text(p.bytes_total).c_str(), pct,
+                 byte_text(rate).c_str(), p.files_done, p.files_total, eta.c_str(),
                  p.current.c_str(), tty_ ? "\033[K" : "\n");
     std::fflush(stderr);
     printed_ = true;
@@ -100,7 +92,7 @@ int pull(const PullArgs& a) {
     const uint64_t left = p.bytes_total - p.bytes_done;
     std::fprintf(stderr, "pulling %s@%s (commit %.12s): %zu files, %s to download into %s\n",
                  o.repo.c_str(), o.revision.c_str(), commit.c_str(), p.files_total,
-                 human_bytes(static_cast<double>(left)).c_str(),
+                 byte_text(static_cast<double>(left)).c_str(),
                  (o.cache_dir.empty() ? hub_cache_dir() : o.cache_dir).c_str());
   };
   HubPullResult r;
@@ -115,11 +107,11 @@ int pull(const PullArgs& a) {
   for (const auto& f : r.files) total += f.size;
   if (r.files_downloaded == 0) {
     std::printf("%s is up to date (commit %.12s, %zu files, %s)\n", o.repo.c_str(),
-                r.commit.c_str(), r.files.size(), human_bytes(total).c_str());
+                r.commit.c_str(), r.files.size(), byte_text(total).c_str());
   } else {
     std::printf("pulled %s (commit %.12s): %zu of %zu files, %s downloaded, %s in all\n",
                 o.repo.c_str(), r.commit.c_str(), r.files_downloaded, r.files.size(),
-                human_bytes(r.bytes_downloaded).c_str(), human_bytes(total).c_str());
+                byte_text(r.bytes_downloaded).c_str(), byte_text(total).c_str());
   }
   std::printf("%s\n", r.snapshot_dir.c_str());
   const std::string name = o.revision == "main" ? o.repo : o.repo + "@" + o.revision;

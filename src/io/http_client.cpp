@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
 #include <mutex>
 
 #include "core/error.h"
@@ -23,6 +24,7 @@ struct Transfer {
   bool to_sink = false;  // this response's body goes to the sink
   bool too_large = false;
   uint64_t offset = 0;
+  std::exception_ptr error;  // thrown inside a callback: rethrown once curl has returned
 };
 
 std::string lower(std::string s) {
@@ -30,8 +32,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-size_t on_header(char* data, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
+size_t header_line(Transfer* t, char* data, size_t size, size_t n) {
   std::string line(data, size * n);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   if (line.rfind("HTTP/", 0) == 0) {
@@ -55,8 +56,7 @@ void parse_content_range(const std::string& v, uint64_t& start, uint64_t& total)
   }
 }
 
-size_t on_body(char* data, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
+size_t body_bytes(Transfer* t, char* data, size_t size, size_t n) {
   const size_t bytes = size * n;
   if (!t->started) {
     t->started = true;
@@ -67,6 +67,8 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
       uint64_t start = 0, total = 0;
       auto& h = t->result->headers;
       if (status == 206 && h.count("content-range")) {
+        // A 206 without it is taken as the whole file: if it was not, the caller's size or
+        // hash check fails and it asks again without a range.
         parse_content_range(h["content-range"], start, total);
       } else if (h.count("content-length")) {
         try {
@@ -75,7 +77,7 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
         }
       }
       if (status != 206) start = 0;  // the server ignored the Range: everything again
-      if (!t->sink->begin(start, total)) {
+      if (t->sink->begin && !t->sink->begin(start, total)) {
         t->result->aborted = true;
         return 0;  // curl stops with CURLE_WRITE_ERROR
       }
@@ -101,13 +103,40 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
+// libcurl is C: nothing may be thrown through it. A callback's exception stops the transfer and
+// is rethrown when curl_easy_perform returns.
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  try {
+    return header_line(t, data, size, n);
+  } catch (...) {
+    t->error = std::current_exception();
+    return 0;
+  }
+}
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  try {
+    return body_bytes(t, data, size, n);
+  } catch (...) {
+    t->error = std::current_exception();
+    return 0;
+  }
+}
+
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
-  if (t->sink && t->sink->keep_going && !t->sink->keep_going()) {
-    t->result->aborted = true;
+  try {
+    if (t->sink && t->sink->keep_going && !t->sink->keep_going()) {
+      t->result->aborted = true;
+      return 1;
+    }
+    return 0;
+  } catch (...) {
+    t->error = std::current_exception();
     return 1;
   }
-  return 0;
 }
 
 HttpResult perform(CURL* curl, const std::string& url, const std::vector<std::string>& headers,
@@ -142,6 +171,7 @@ HttpResult perform(CURL* curl, const std::string& url, const std::vector<std::st
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(list);
+  if (t.error) std::rethrow_exception(t.error);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &result.status);
   if (rc == CURLE_OK) {
     result.transport_ok = true;
@@ -151,7 +181,8 @@ HttpResult perform(CURL* curl, const std::string& url, const std::vector<std::st
     result.transport_error = curl_easy_strerror(rc);
   }
   // A sink that saw no bytes still learns where the (empty) response starts.
-  if (rc == CURLE_OK && t.sink && !t.started && result.status >= 200 && result.status < 300 &&
+  if (rc == CURLE_OK && t.sink && t.sink->begin && !t.started && result.status >= 200 &&
+      result.status < 300 &&
       !t.sink->begin(t.offset > 0 && result.status == 206 ? t.offset : 0, 0)) {
     result.aborted = true;
   }

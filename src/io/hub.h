@@ -80,6 +80,9 @@ struct HubCachedModel {
 };
 std::vector<HubCachedModel> hub_cached_models();
 
+// "43.1 MiB", "15.3 GiB": sizes in pull and ls messages.
+std::string byte_text(double bytes);
+
 // Whether `path` is one of the files a pull fetches by default.
 bool hub_default_file(const std::string& path);
 

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -34,12 +36,6 @@ namespace {
 bool is_hex(const std::string& s, size_t min_len, size_t max_len) {
   return s.size() >= min_len && s.size() <= max_len &&
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isxdigit(c); });
-}
-
-std::string gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
-  return buf;
 }
 
 // ORG/NAME with the hub's characters only (it becomes a folder name and part of URLs).
@@ -162,15 +158,28 @@ Listing list_repo(HttpClient& http, const std::string& endpoint, const HubPullOp
   return out;
 }
 
-// flock on .locks/models--ORG--NAME/BLOB.lock, the lock huggingface_hub takes for a blob.
+// flock on .locks/models--ORG--NAME/BLOB.lock, the lock huggingface_hub takes for a blob. Polled,
+// so a pull that is stopping does not wait for another process's download to end.
 class BlobLock {
  public:
-  explicit BlobLock(const fs::path& path) {
+  BlobLock(const fs::path& path, const std::atomic<bool>& stop) {
     fs::create_directories(path.parent_path());
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     check(fd_ >= 0, ErrorKind::io, path.string() + ": cannot create the lock file");
-    while (::flock(fd_, LOCK_EX) != 0) {
-      check(errno == EINTR, ErrorKind::io, path.string() + ": cannot lock");
+    bool told = false;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        ::close(fd_);
+        throw Error(ErrorKind::io, path.string() + ": cannot lock");
+      }
+      if (stop) {
+        ::close(fd_);
+        throw Error(ErrorKind::cancelled, path.string() + ": stopped while waiting for the lock");
+      }
+      if (!told)
+        log_info("pull: waiting for another download of the same file (" + path.string() + ")");
+      told = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
   ~BlobLock() {
@@ -219,26 +228,41 @@ struct Pull {
     }
   }
 
+  // The hash of a partial blob's first `hashed` bytes, kept across attempts so a retry does not
+  // read back what is already on disk.
+  struct PartHash {
+    std::optional<Digest> digest;
+    uint64_t hashed = 0;
+  };
+
   // One attempt at the rest of `part`, ending in the finished blob (true) or a reason to retry.
-  bool attempt(HttpClient& http, const HubFile& f, const fs::path& part, std::string& last_error) {
+  bool attempt(HttpClient& http, const HubFile& f, const fs::path& part, PartHash& ph,
+               std::string& last_error) {
+    const auto kind = f.lfs ? Digest::Kind::sha256 : Digest::Kind::git_blob_sha1;
     uint64_t have = size_or_zero(part);
-    if (have > f.size) {
+    if (have > f.size) {                             // not a prefix of this file: start over
+      bytes_done -= ph.digest ? ph.hashed : f.size;  // what the progress counted of it
       fs::remove(part);
+      ph.digest.reset();
       have = 0;
     }
-    const auto kind = f.lfs ? Digest::Kind::sha256 : Digest::Kind::git_blob_sha1;
-    Digest digest(kind, f.size);
-    if (have > 0) digest_file_prefix(digest, part, have);
-    uint64_t counted = have;  // this file's share of bytes_done, taken back when it restarts
+    if (!ph.digest || ph.hashed != have) {
+      ph.digest.emplace(kind, f.size);
+      ph.hashed = 0;
+      if (have > 0) digest_file_prefix(*ph.digest, part, have);
+      ph.hashed = have;
+    }
     auto restart = [&] {
       fs::remove(part);
-      bytes_done -= counted;
-      counted = 0;
+      bytes_done -= ph.hashed;
+      ph.digest.reset();
+      ph.hashed = 0;
     };
+    std::FILE* out = std::fopen(part.c_str(), "ab");  // creates it, even for an empty file
+    check(out != nullptr, ErrorKind::io, part.string() + ": cannot open for writing");
     if (have < f.size) {
-      std::FILE* out = std::fopen(part.c_str(), "ab");
-      check(out != nullptr, ErrorKind::io, part.string() + ": cannot open for writing");
       std::string refused;  // why the sink stopped the transfer (its functions cannot throw)
+      bool retry = false;   // ... and whether another attempt may do better
       HttpSink sink;
       sink.begin = [&](uint64_t start, uint64_t total) {
         if (total != 0 && total != f.size) {
@@ -247,14 +271,20 @@ struct Pull {
           return false;
         }
         if (start == have) return true;
+        if (start != 0) {
+          refused = "the server answered from byte " + std::to_string(start) + ", not " +
+                    std::to_string(have);
+          retry = true;
+          return false;
+        }
         out = std::freopen(part.c_str(), "wb", out);  // everything again: start over
         if (!out) {
           refused = part.string() + ": cannot open for writing";
           return false;
         }
-        digest = Digest(kind, f.size);
-        bytes_done -= counted;
-        counted = 0;
+        bytes_done -= ph.hashed;
+        ph.digest.emplace(kind, f.size);
+        ph.hashed = 0;
         return true;
       };
       sink.write = [&](const char* data, size_t n) {
@@ -262,17 +292,29 @@ struct Pull {
           refused = part.string() + ": write failed (disk full?)";
           return false;
         }
-        digest.update(data, n);
+        ph.digest->update(data, n);
+        ph.hashed += n;
         bytes_done += n;
         bytes_fetched += n;
-        counted += n;
         return true;
       };
       sink.keep_going = [&] { return !stop.load(); };
       const std::string url =
           endpoint + "/" + o.repo + "/resolve/" + commit + "/" + url_encode(f.path, true);
-      const HttpResult r = http.download(url, headers, have, sink);
+      HttpResult r;
+      try {
+        r = http.download(url, headers, have, sink);
+      } catch (...) {
+        if (out) std::fclose(out);
+        throw;
+      }
       const bool closed = out && std::fclose(out) == 0;
+      out = nullptr;
+      if (retry) {
+        restart();
+        last_error = refused;
+        return false;
+      }
       if (!refused.empty()) throw Error(ErrorKind::io, o.repo + "/" + f.path + ": " + refused);
       if (r.aborted || stop) throw Error(ErrorKind::cancelled, f.path + ": download stopped");
       check(closed, ErrorKind::io, part.string() + ": write failed (disk full?)");
@@ -289,12 +331,13 @@ struct Pull {
         throw_hub_error(r, o.repo + "/" + f.path, o.repo, has_token);
       }
     }
+    if (out) std::fclose(out);
     const uint64_t got = size_or_zero(part);
     if (got < f.size) {
       last_error = "the connection ended early";
       return false;
     }
-    const std::string hash = digest.hex();
+    const std::string hash = ph.digest->hex();
     if (got != f.size || hash != f.blob_id) {
       restart();
       last_error = "the content does not match the hub's hash (" +
@@ -313,6 +356,7 @@ struct Pull {
     }
     const fs::path part = blob_path(f).string() + ".incomplete";
     std::string last_error;
+    PartHash ph;
     for (int a = 0; a <= o.retries; ++a) {
       if (a > 0) {
         log_warn("pull: " + f.path + ": " + last_error + "; retrying (" + std::to_string(a) +
@@ -320,7 +364,7 @@ struct Pull {
         sleep_backoff(a - 1);
         check(!stop, ErrorKind::cancelled, f.path + ": download stopped");
       }
-      if (attempt(http, f, part, last_error)) {
+      if (attempt(http, f, part, ph, last_error)) {
         files_fetched += 1;
         return;
       }
@@ -335,20 +379,20 @@ struct Pull {
     fs::create_directories(link.parent_path());
     const fs::path target = blob_path(f).lexically_relative(link.parent_path());
     std::error_code ec;
-    if (fs::is_symlink(link, ec)) {
-      if (fs::read_symlink(link, ec) == target) return;
-      fs::remove(link);
-    } else if (fs::exists(link, ec)) {
-      if (size_or_zero(link) == f.size) return;  // a copy, where symlinks are not possible
-      fs::remove(link);
-    }
+    auto in_place = [&] {
+      if (fs::is_symlink(link, ec)) return fs::read_symlink(link, ec) == target;
+      return fs::is_regular_file(link, ec) && size_or_zero(link) == f.size;  // a copy
+    };
+    if (in_place()) return;
+    fs::remove(link, ec);
     fs::create_symlink(target, link, ec);
-    if (ec) fs::copy_file(blob_path(f), link);
+    if (!ec || in_place()) return;  // made here, or by a pull running beside this one
+    fs::copy_file(blob_path(f), link, fs::copy_options::overwrite_existing);  // no symlinks here
   }
 
   void fetch(HttpClient& http, const HubFile& f) {
     if (!have_blob(f)) {
-      BlobLock lock(locks_dir / (f.blob_id + ".lock"));
+      BlobLock lock(locks_dir / (f.blob_id + ".lock"), stop);
       if (!have_blob(f)) download_blob(http, f);
     }
     link(f);
@@ -359,7 +403,10 @@ struct Pull {
 void write_ref(const fs::path& repo_dir, const std::string& revision, const std::string& commit) {
   const fs::path ref = repo_dir / "refs" / revision;
   fs::create_directories(ref.parent_path());
-  const fs::path tmp = ref.string() + ".tmp";
+  // A name of this process and thread: a pull running beside this one writes its own.
+  const fs::path tmp = ref.string() + "." + std::to_string(::getpid()) + "." +
+                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
+                       ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << commit;  // no newline, as huggingface_hub writes (and reads) it
@@ -372,8 +419,8 @@ void write_ref(const fs::path& repo_dir, const std::string& revision, const std:
 
 HubPullResult hub_pull(const HubPullOptions& o) {
   check_repo_name(o.repo);
-  check(!o.revision.empty() && o.revision.find("..") == std::string::npos,
-        ErrorKind::invalid_argument, "'" + o.revision + "' is not a revision");
+  check(safe_repo_path(o.revision), ErrorKind::invalid_argument,
+        "'" + o.revision + "' is not a revision (a branch, tag or commit)");
   for (const char* name : {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}) {
     const char* raw = std::getenv(name);
     std::string v = raw ? raw : "";
@@ -423,19 +470,19 @@ HubPullResult hub_pull(const HubPullOptions& o) {
     }
   }
   check(!result.files.empty(), ErrorKind::not_found, what + ": no file matches --include");
-  // config.json first (the caller checks it before the weights move), then the rest by size.
+  // config.json first (the caller checks it before the weights move), then the largest first,
+  // so the pull does not end with one thread on the biggest shard.
   std::stable_sort(result.files.begin(), result.files.end(),
                    [](const HubFile& a, const HubFile& b) {
                      if ((a.path == "config.json") != (b.path == "config.json"))
                        return a.path == "config.json";
-                     return a.size < b.size;
+                     return a.size > b.size;
                    });
 
-  std::vector<const HubFile*> todo;
   uint64_t total = 0, partial = 0;
+  std::set<std::string> blobs;  // files with the same content share a blob
   for (const auto& f : result.files) {
-    if (p.have_blob(f)) continue;
-    todo.push_back(&f);
+    if (p.have_blob(f) || !blobs.insert(f.blob_id).second) continue;
     total += f.size;
     partial += std::min<uint64_t>(size_or_zero(p.blob_path(f).string() + ".incomplete"), f.size);
   }
@@ -443,8 +490,9 @@ HubPullResult hub_pull(const HubPullOptions& o) {
   const uint64_t need = total - partial;
   const auto space = fs::space(p.repo_dir);
   check(need <= space.available, ErrorKind::io,
-        what + " needs " + gib(need) + " more on disk, but " + p.repo_dir.string() + " has " +
-            gib(space.available) + " free (set HF_HUB_CACHE to a larger disk)");
+        what + " needs " + byte_text(static_cast<double>(need)) + " more on disk, but " +
+            p.repo_dir.string() + " has " + byte_text(static_cast<double>(space.available)) +
+            " free (set HF_HUB_CACHE to a larger disk)");
   p.bytes_done = partial;
   if (o.started) {
     HubProgress pr;
@@ -487,28 +535,37 @@ HubPullResult hub_pull(const HubPullOptions& o) {
   };
   std::vector<std::thread> threads;
   const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(result.files.size())));
-  std::atomic<int> running{jobs};
-  for (int i = 0; i < jobs; ++i) {
-    threads.emplace_back([&] {
-      worker();
-      running -= 1;
-    });
-  }
-  auto last = std::chrono::steady_clock::now();
-  while (running > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!o.progress || std::chrono::steady_clock::now() - last < std::chrono::seconds(1)) continue;
-    last = std::chrono::steady_clock::now();
-    HubProgress pr;
-    pr.bytes_done = p.bytes_done;
-    pr.bytes_total = total;
-    pr.files_done = p.files_done;
-    pr.files_total = result.files.size();
-    {
-      std::lock_guard<std::mutex> lock(p.mu);
-      pr.current = p.current;
+  std::atomic<int> running{0};
+  try {
+    for (int i = 0; i < jobs; ++i) {
+      running += 1;
+      threads.emplace_back([&] {
+        worker();
+        running -= 1;
+      });
     }
-    o.progress(pr);
+    auto last = std::chrono::steady_clock::now();
+    while (running > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!o.progress || std::chrono::steady_clock::now() - last < std::chrono::seconds(1)) {
+        continue;
+      }
+      last = std::chrono::steady_clock::now();
+      HubProgress pr;
+      pr.bytes_done = p.bytes_done;
+      pr.bytes_total = total;
+      pr.files_done = p.files_done;
+      pr.files_total = result.files.size();
+      {
+        std::lock_guard<std::mutex> lock(p.mu);
+        pr.current = p.current;
+      }
+      o.progress(pr);
+    }
+  } catch (...) {  // a thread that did not start, or the progress callback: stop the others
+    p.stop = true;
+    for (auto& t : threads) t.join();
+    throw;
   }
   for (auto& t : threads) t.join();
   if (failure) std::rethrow_exception(failure);

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -66,6 +67,18 @@ std::string hub_token() {
   return trim(t);
 }
 
+std::string byte_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
 bool hub_default_file(const std::string& path) {
   if (path.find('/') != std::string::npos) return false;  // top level only
   for (const char* glob :
@@ -83,7 +96,9 @@ std::vector<HubCachedModel> hub_cached_models() {
     for (const auto& e : fs::directory_iterator(root, ec)) {
       const std::string name = e.path().filename().string();
       const size_t sep = name.find("--", 8);
-      if (name.rfind("models--", 0) != 0 || sep == std::string::npos || !e.is_directory()) continue;
+      if (name.rfind("models--", 0) != 0 || sep == std::string::npos || !e.is_directory(ec)) {
+        continue;
+      }
       HubCachedModel m;
       m.repo = name.substr(8, sep - 8) + "/" + name.substr(sep + 2);
       if (std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.repo == m.repo; })) {
@@ -91,17 +106,18 @@ std::vector<HubCachedModel> hub_cached_models() {
       }
       m.dir = e.path().string();
       for (const auto& b : fs::directory_iterator(e.path() / "blobs", ec)) {
-        if (!b.is_regular_file()) continue;
-        m.bytes += b.file_size();
+        if (!b.is_regular_file(ec)) continue;  // (a pull beside this may rename it meanwhile)
+        const auto n = b.file_size(ec);
+        if (!ec) m.bytes += n;
         m.partial = m.partial || b.path().extension() == ".incomplete";
       }
       std::vector<std::string> snaps;
       for (const auto& sd : fs::directory_iterator(e.path() / "snapshots", ec)) {
-        if (sd.is_directory()) snaps.push_back(sd.path().filename().string());
+        if (sd.is_directory(ec)) snaps.push_back(sd.path().filename().string());
       }
       m.snapshots = snaps.size();
       for (const auto& r : fs::recursive_directory_iterator(e.path() / "refs", ec)) {
-        if (!r.is_regular_file()) continue;
+        if (!r.is_regular_file(ec)) continue;
         const std::string ref = r.path().lexically_relative(e.path() / "refs").string();
         m.refs.push_back(ref);
         if (ref == "main") {

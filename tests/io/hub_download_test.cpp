@@ -71,6 +71,10 @@ class HubPull : public ::testing::Test {
   test::ScopedEnv no_old_token_{"HUGGING_FACE_HUB_TOKEN", nullptr};
   test::ScopedEnv no_token_file_{"HF_TOKEN_PATH", "/nonexistent/hibana-test-token"};
   test::ScopedEnv online_{"HF_HUB_OFFLINE", nullptr};
+  test::ScopedEnv online_too_{"TRANSFORMERS_OFFLINE", nullptr};
+  // The fake hub is on this machine: no proxy in between.
+  test::ScopedEnv no_proxy_{"no_proxy", "127.0.0.1,localhost"};
+  test::ScopedEnv no_proxy_upper_{"NO_PROXY", "127.0.0.1,localhost"};
   test::TempDir cache_;
 };
 
@@ -85,7 +89,9 @@ TEST(Digest, MatchesKnownSha256AndGitBlobIds) {
 
 TEST_F(HubPull, WritesTheLayoutHuggingfaceHubReads) {
   FakeHub hub(kRepo, model_files());
-  const HubPullResult r = hub_pull(options(hub, cache_));
+  HubPullOptions o = options(hub, cache_);
+  o.token = "hf_tok";
+  const HubPullResult r = hub_pull(o);
   const fs::path repo = repo_dir(cache_);
   EXPECT_EQ(r.commit, hub.commit);
   EXPECT_EQ(read(repo / "refs" / "main"), hub.commit);  // no newline
@@ -107,8 +113,13 @@ TEST_F(HubPull, WritesTheLayoutHuggingfaceHubReads) {
     EXPECT_FALSE(fs::exists(repo / "blobs" / (f.blob_id() + ".incomplete")));
   }
   EXPECT_TRUE(fs::exists(fs::path(cache_.path()) / ".locks" / "models--acme--tiny-model"));
-  // LFS files came through the redirect; nothing carried a token.
-  for (const auto& s : hub.seen()) EXPECT_EQ(s.auth, "") << s.path;
+  // The hub got the token; its "CDN" (another host name) did not.
+  size_t cdn = 0;
+  for (const auto& s : hub.seen()) {
+    EXPECT_EQ(s.auth, s.path == "cdn" ? "" : "Bearer hf_tok") << s.path;
+    cdn += s.path == "cdn";
+  }
+  EXPECT_EQ(cdn, 2u);  // the two LFS files came through the redirect
 
   test::ScopedEnv cache_env("HF_HUB_CACHE", cache_.path().c_str());
   EXPECT_EQ(resolve_model_dir(kRepo), r.snapshot_dir);
@@ -158,6 +169,28 @@ TEST_F(HubPull, AServerThatIgnoresTheRangeStartsTheFileOver) {
                weights.content.substr(0, 5000));
   const HubPullResult r = hub_pull(options(hub, cache_));
   EXPECT_EQ(read(fs::path(r.snapshot_dir) / weights.path), weights.content);
+  EXPECT_EQ(hub.file_requests(weights.path), 1u);  // restarted within the one answer
+  EXPECT_EQ(hub.bytes_served, weights.content.size() + model_files()[0].content.size());
+}
+
+TEST_F(HubPull, AnEmptyFileIsABlobToo) {
+  FakeHub hub(kRepo, {model_files()[0], model_files()[2], {"empty.txt", "", false}});
+  const HubPullResult r = hub_pull(options(hub, cache_));
+  EXPECT_TRUE(fs::is_symlink(fs::path(r.snapshot_dir) / "empty.txt"));
+  EXPECT_EQ(read(fs::path(r.snapshot_dir) / "empty.txt"), "");
+}
+
+TEST_F(HubPull, AGatedModelsFilesNeedAToken) {
+  FakeHub hub(kRepo, model_files());
+  hub.required_token = "hf_secret";
+  hub.gate_files_only = true;  // as the hub does: the listing is public, the files are not
+  try {
+    hub_pull(options(hub, cache_));
+    FAIL() << "a gated model's files were pulled without a token";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is gated"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(repo_dir(cache_) / "refs"));
 }
 
 TEST_F(HubPull, ContentThatDoesNotMatchItsHashIsNeverKept) {
@@ -195,7 +228,11 @@ TEST_F(HubPull, AGatedModelNeedsAToken) {
   test::ScopedEnv token("HF_TOKEN", " hf_secret\n");  // trimmed, as huggingface_hub does
   const HubPullResult r = hub_pull(options(hub, cache_));
   EXPECT_EQ(r.files_downloaded, 4u);
-  EXPECT_EQ(hub.seen().back().auth, "Bearer hf_secret");
+  const auto seen = hub.seen();
+  EXPECT_EQ(seen.front().auth, "");  // the first, refused listing
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].auth, seen[i].path == "cdn" ? "" : "Bearer hf_secret") << seen[i].path;
+  }
 }
 
 TEST_F(HubPull, TheTokenFileIsRead) {

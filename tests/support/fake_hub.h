@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,7 @@ class FakeHub {
     server_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]+)/(.+))",
                 [this](const httplib::Request& q, httplib::Response& r) { resolve(q, r); });
     server_.Get(R"(/cdn/([0-9a-f]+))", [this](const httplib::Request& q, httplib::Response& r) {
+      note(q, "cdn");
       const FakeHubFile* f = by_blob(q.matches[1]);
       if (!f) {
         r.status = 404;
@@ -53,6 +55,7 @@ class FakeHub {
       serve(q, r, *f);
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) throw std::runtime_error("FakeHub: cannot bind a port on 127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -66,6 +69,7 @@ class FakeHub {
 
   // Faults.
   std::string required_token;              // non-empty: 401 GatedRepo unless "Bearer <it>"
+  bool gate_files_only = false;            // ... on /resolve/ only (the hub lists gated repos)
   std::atomic<long> cut_after{-1};         // the next longer file ends after this many bytes
   std::set<std::string> corrupt;           // paths served with their first byte changed
   std::atomic<bool> ignore_ranges{false};  // answer ranges with the whole file (200, chunked)
@@ -108,7 +112,7 @@ class FakeHub {
   }
   void info(const httplib::Request& q, httplib::Response& r) {
     note(q, "api");
-    if (!authorised(q, r)) return;
+    if (!gate_files_only && !authorised(q, r)) return;
     if (q.matches[1] != repo_) {
       r.status = 401;  // the hub hides whether a repo exists
       r.set_header("X-Error-Code", "RepoNotFound");
@@ -143,7 +147,10 @@ class FakeHub {
       if (f.path != path) continue;
       if (f.lfs) {
         r.status = 302;
-        r.set_header("Location", "/cdn/" + f.blob_id());
+        // Another host name for the same server, as the hub's CDN is another host: a client
+        // must not send it the token.
+        r.set_header("Location",
+                     "http://localhost:" + std::to_string(port_) + "/cdn/" + f.blob_id());
         r.set_header("X-Linked-Etag", "\"" + f.blob_id() + "\"");
         return;
       }

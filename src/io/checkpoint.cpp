@@ -130,10 +130,16 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   for (const std::string& name : shard_names) {
     fs::path p = d / name;
     if (!fs::exists(p, ec)) {
+      // In a hub cache snapshot a missing shard is most likely a pull that did not finish.
+      fs::path n = d.lexically_normal();
+      if (n.filename().empty()) n = n.parent_path();  // "DIR/"
+      const bool snapshot = n.parent_path().filename() == "snapshots";
       throw Error(ErrorKind::not_found,
                   p.string() + ": shard listed in " +
                       (index_map.empty() ? std::string("the directory") : index.string()) +
-                      " is missing");
+                      " is missing" +
+                      (snapshot ? " (an unfinished download? `hibana pull ORG/NAME` resumes it)"
+                                : ""));
     }
     files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
     size_t fi = files_.size() - 1;

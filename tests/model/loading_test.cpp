@@ -11,11 +11,11 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "state/state_pool.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "state/state_pool.h"
 #include "support/fixture_model.h"
 #include "support/scoped_env.h"
 #include "support/temp_dir.h"
@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::HasSubstr;
+using testing::Not;
 
 // A copy of a fixture checkpoint that a test may damage.
 struct FixtureCopy {
@@ -56,8 +57,7 @@ struct FixtureCopy {
   }
 };
 
-void expect_load_error(const std::string& path, ErrorKind kind,
-                       std::vector<std::string> needles) {
+void expect_load_error(const std::string& path, ErrorKind kind, std::vector<std::string> needles) {
   try {
     Model::load(path, make_cpu_backend());
     FAIL() << "loaded a broken checkpoint";
@@ -115,7 +115,7 @@ TEST(Loading, ConvertsToFp8AtLoad) {
   ASSERT_FALSE(r0.gdn.qkvz_order.empty());
   ASSERT_FALSE(l0.gdn.qkvz_order.empty());
   for (auto [a, b] : {std::pair{&r0.gdn.qkvz, &l0.gdn.qkvz},
-                       {&r0.moe.experts.gate[2], &l0.moe.experts.gate[2]}}) {
+                      {&r0.moe.experts.gate[2], &l0.moe.experts.gate[2]}}) {
     ASSERT_EQ(b->block_rows, 128);
     for (int64_t r = 0; r < a->rows(); ++r) {
       for (int64_t k = 0; k < a->cols(); ++k) {
@@ -167,19 +167,39 @@ TEST(Loading, HybridLayerTypesAndMtp) {
   EXPECT_TRUE(next->has_mtp());
   auto q35 = test::load_fixture_model("qwen3_5");
   EXPECT_EQ(q35->config().mixers[1], MixerKind::attention);  // explicit layer_types
-  EXPECT_EQ(q35->config().rotary_dim, 4);                     // partial rotary 0.25 of 16
+  EXPECT_EQ(q35->config().rotary_dim, 4);                    // partial rotary 0.25 of 16
 }
 
 TEST(Loading, MissingShard) {
   FixtureCopy c("qwen3_tied_gqa6");
   fs::remove(c.dir.file("model-00003-of-00008.safetensors"));
-  expect_load_error(c.path(), ErrorKind::not_found,
-                    {"model-00003-of-00008.safetensors", "model.safetensors.index.json", "missing"});
+  expect_load_error(
+      c.path(), ErrorKind::not_found,
+      {"model-00003-of-00008.safetensors", "model.safetensors.index.json", "missing"});
+  try {  // a plain directory: no word of downloads
+    Model::load(c.path(), make_cpu_backend());
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), Not(HasSubstr("hibana pull")));
+  }
+}
+
+TEST(Loading, AShardMissingFromAHubSnapshotPointsAtPull) {
+  test::TempDir hub;
+  const fs::path snap = fs::path(hub.path()) / "models--acme--sharded" / "snapshots" / "0123abcd";
+  fs::create_directories(snap);
+  for (const auto& e : fs::directory_iterator(test::fixture_model_dir("qwen3_tied_gqa6"))) {
+    if (e.path().filename() != "model-00003-of-00008.safetensors") {
+      fs::copy_file(e.path(), snap / e.path().filename());
+    }
+  }
+  expect_load_error(snap.string() + "/", ErrorKind::not_found,
+                    {"model-00003-of-00008.safetensors", "hibana pull"});
 }
 
 TEST(Loading, TruncatedShard) {
   FixtureCopy c("qwen3_dense");
-  fs::resize_file(c.dir.file("model.safetensors"), fs::file_size(c.dir.file("model.safetensors")) - 100);
+  fs::resize_file(c.dir.file("model.safetensors"),
+                  fs::file_size(c.dir.file("model.safetensors")) - 100);
   expect_load_error(c.path(), ErrorKind::corrupt_data, {"model.safetensors", "truncated"});
 }
 

@@ -1,5 +1,5 @@
-// The Gated DeltaNet's chunked form on CUDA (HIBANA_CUDA_GDN_CHUNKED=1, off until it has run on a
-// GPU; layouts asking for aligned chunks) against the CPU's chunked form: a prefill whose sequences
+// The Gated DeltaNet's chunked form on CUDA (the default for layouts asking for aligned chunks;
+// HIBANA_CUDA_GDN_CHUNKED=0 declines it) against the CPU's chunked form: a prefill whose sequences
 // start at and off a chunk boundary (tokens before, in and after whole aligned chunks), one too
 // short for a chunk, and one with a snapshot (all recurrent, as on the CPU); and the conv's two
 // kernels against each other and the CPU. Skipped without a GPU.
@@ -139,8 +139,8 @@ TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
   }
 }
 
-// The conv over a prefill's tokens in parallel (HIBANA_CUDA_CONV_TOKENS=1, off until it has run;
-// then where sequences average 32 tokens) against the kernel walking each sequence
+// The conv over a prefill's tokens in parallel (the default where sequences average 32 tokens)
+// against the kernel walking each sequence
 // (HIBANA_CUDA_CONV_TOKENS=0): the same bits for the outputs, the carried states and a snapshot
 // — sequences shorter than the window (the state reaches past them), a padding row (slot -1),
 // runs of 8 tokens crossing sequence boundaries — and, to rounding, the CPU's.

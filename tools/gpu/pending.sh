@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with and without the
-# off-by-default switches), `2` (the L2-prefetch chain experiment, the 8192-token prefill A/Bs),
-# `3` (the 80B decode sweep of the unmeasured switches, compute-sanitizer on the new kernels), `4`
+# minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with the defaults of the
+# sixteenth slice and with the remaining switches on, the 8192-token prefill of both shapes with
+# the new defaults against the old), `2` (decode figures of both shapes at every batch), `3`
 # (racecheck, the attention split sweep, Nsight Compute of the tiled matmul both ways). Logs
-# under $OUT.
+# under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
 B=build-gpu
@@ -23,48 +23,38 @@ pf() {
   done
 }
 
+# The defaults before the sixteenth slice, for the A/B of the new ones.
+OLD="HIBANA_CUDA_GDN_CHUNKED=0 HIBANA_CUDA_CONV_TOKENS=0 HIBANA_CUDA_POOLED_SCRATCH=0 HIBANA_CUDA_TILED_PRESPLIT=0"
+
 # Each call builds first: a machine that went back between calls keeps no build.
 call1() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -3
-  timeout 240 tools/gpu/check.sh tests 2>&1 | tail -25
-  timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -25
+  KNOBS="HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_TILED_PRESPLIT=1" \
+    timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+  pf qwen3-next-80b-a3b fp8 "" "$OLD"
+  pf qwen3-8b bf16 "" "$OLD"
 }
 
 call2() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 120 tools/gpu/check.sh chain 2>&1 | grep -v 'identical' | tail -30
-  pf qwen3-next-80b-a3b fp8 "" HIBANA_CUDA_GDN_CHUNKED=1 \
-    "HIBANA_CUDA_GDN_CHUNKED=1 HIBANA_CUDA_CONV_TOKENS=1" \
-    "HIBANA_CUDA_GDN_CHUNKED=1 HIBANA_CUDA_CONV_TOKENS=1 HIBANA_CUDA_TILED_PRESPLIT=1"
-  pf qwen3-8b bf16 "" HIBANA_CUDA_TILED_PRESPLIT=1 HIBANA_CUDA_SMEM_LIMIT=101376
-  pf qwen3-next-80b-a3b fp8 HIBANA_CUDA_POOLED_SCRATCH=1
+  BATCHES=1,8,32,64 timeout 350 tools/gpu/check.sh bench-80b bench-8b 2>&1 | tail -12
 }
 
 call3() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 VARIANTS="base;HIBANA_CUDA_FUSED_MATMUL_NORM=1;\
-HIBANA_CUDA_FUSED_MATMUL_CONV=1;HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1;\
-HIBANA_CUDA_L2_PREFETCH=1" timeout 240 tools/gpu/check.sh sweep 2>&1 | tail -9
-  local f='CudaGdn*:CudaFusedOps.ConvIn*:CudaFusedOps.GatedNorm*:CudaTiledMatmul*:CudaPrefetch*'
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -3
-}
-
-# What the first three leave: racecheck, the attention split sweep, the tiled kernel's profile.
-call4() {
-  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter='CudaTiledMatmul*:CudaGdn.Chunked*' --gtest_brief=1 2>&1 | tail -3
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
+    --gtest_filter='CudaTiledMatmul.Presplit*:CudaGdn.Chunked*' --gtest_brief=1 2>&1 | tail -3
   CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
     timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -6
-  for v in "" HIBANA_CUDA_TILED_PRESPLIT=1; do
-    local r=$OUT/tiled_$(echo "${v:-base}" | tr -c a-zA-Z0-9 _)
+  for v in HIBANA_CUDA_TILED_PRESPLIT=0 ""; do
+    local r=$OUT/tiled_$(echo "${v:-default}" | tr -c a-zA-Z0-9 _)
     env $v timeout 80 ncu --set full -k regex:tiled_kernel --launch-skip 20 --launch-count 1 \
       -o $r $B/hibana bench prefill --device cuda --load-format dummy \
       --config bench/configs/qwen3-8b.json --dtype bf16 --prompt-tokens 4096 >$r.log 2>&1
     ncu --import $r.ncu-rep --page details >$r.details.txt 2>&1
     ncu --import $r.ncu-rep --page source --print-source sass --csv >$r.csv 2>&1
-    echo "== tiled_kernel ${v:-base}"
+    echo "== tiled_kernel ${v:-default}"
     grep -E "^ +(Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Registers Per Thread) " $r.details.txt
     python3 tools/gpu/ncu_source.py $r.csv --top 10 >$r.txt 2>&1
     sed -n '/^stall/,/^regions/p' $r.txt | head -16
@@ -75,6 +65,5 @@ case "${1:-}" in
   1) call1 ;;
   2) call2 ;;
   3) call3 ;;
-  4) call4 ;;
-  *) echo "usage: $0 1|2|3|4" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3" >&2; exit 2 ;;
 esac

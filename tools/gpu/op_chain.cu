@@ -17,6 +17,10 @@
 //               stop at a dependency;
 //   persistent-late  the same, but each CTA waits before it loads its weights (what the
 //               prefetch is worth);
+//   ring        one CTA per SM, its (op, tile) pairs one cp.async pipeline through 6 tiles of
+//               shared memory (op_chain_ring.cuh): the weights of the next tiles keep streaming
+//               across the dependencies, which stall only the arithmetic — what a persistent
+//               decode step could reach;
 //   graph-early+L2 BUDGET  graph-early beside a one-warp prefetcher launched on a second
 //               stream in the same graph: it pulls the coming ops' weights into L2
 //               (cp.async.bulk.prefetch.L2), 2 MB at a time while at most BUDGET MB of
@@ -222,6 +226,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
+
+#include "op_chain_ring.cuh"
 
 // The weights of op i: bytes from `at`, whose offset from the first op's is start (a prefix
 // sum over the ops; a norm has none).
@@ -579,6 +585,28 @@ int main() {
             " CTAs, " + std::to_string(per_sm) + " per SM)");
     const float ms = best_ms(s, run);
     report(late ? "persistent-late" : "persistent", ms * 1000.0f);
+  }
+  CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
+  int ring_per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ring_per_sm, ring_kernel, kThreads,
+                                                      kRingSmem));
+  if (ring_per_sm > 0) {
+    const int ring_grid = ring_per_sm * prop.multiProcessorCount;
+    auto run = [&] {
+      ++epoch;
+      int n_ops = static_cast<int>(ops.size());
+      void* args[] = {&d_ops, &n_ops, &done, &epoch};
+      CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ring_kernel), dim3(ring_grid),
+                                        dim3(kThreads), args, kRingSmem, s));
+    };
+    poison();
+    run();
+    CHECK(cudaStreamSynchronize(s));
+    compare("ring (" + std::to_string(ring_grid) + " CTAs, " + std::to_string(kRingTiles) +
+            " tiles of 32 KiB each)");
+    report("ring", best_ms(s, run) * 1000.0f);
+  } else {
+    std::printf("ring: %d KiB of shared memory per CTA do not fit this GPU\n", kRingSmem >> 10);
   }
   return failures == 0 ? 0 : 1;
 }

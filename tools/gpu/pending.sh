@@ -2,8 +2,9 @@
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with the defaults of the
 # sixteenth slice and with the remaining switches on, the 8192-token prefill of both shapes with
-# the new defaults against the old), `2` (decode figures of both shapes at every batch), `3`
-# (racecheck, the attention split sweep, Nsight Compute of the tiled matmul both ways). Logs
+# the new defaults against the old), `2` (op_chain with its ring way, the 80B's decode at every
+# batch), `3` (the 8B's decode at every batch, the attention split sweep), `4` (racecheck,
+# Nsight Compute of the tiled matmul both ways). Logs
 # under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
@@ -38,15 +39,21 @@ call1() {
 
 call2() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  BATCHES=1,8,32,64 timeout 350 tools/gpu/check.sh bench-80b bench-8b 2>&1 | tail -12
+  timeout 150 tools/gpu/check.sh chain 2>&1 | grep -E 'bare|graph-early |persistent|ring|DIFFER|NaN' | head -16
+  BATCHES=1,8,32,64 timeout 330 tools/gpu/check.sh bench-80b 2>&1 | tail -6
 }
 
 call3() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  BATCHES=1,8,32,64 timeout 250 tools/gpu/check.sh bench-8b 2>&1 | tail -6
+  CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
+    timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6
+}
+
+call4() {
+  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
     --gtest_filter='CudaTiledMatmul.Presplit*:CudaGdn.Chunked*' --gtest_brief=1 2>&1 | tail -3
-  CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
-    timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -6
   for v in HIBANA_CUDA_TILED_PRESPLIT=0 ""; do
     local r=$OUT/tiled_$(echo "${v:-default}" | tr -c a-zA-Z0-9 _)
     env $v timeout 80 ncu --set full -k regex:tiled_kernel --launch-skip 20 --launch-count 1 \
@@ -65,5 +72,6 @@ case "${1:-}" in
   1) call1 ;;
   2) call2 ;;
   3) call3 ;;
-  *) echo "usage: $0 1|2|3" >&2; exit 2 ;;
+  4) call4 ;;
+  *) echo "usage: $0 1|2|3|4" >&2; exit 2 ;;
 esac

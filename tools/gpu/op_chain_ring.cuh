@@ -4,7 +4,8 @@
 // across op boundaries. A dependency therefore stalls only the arithmetic, never the weight
 // stream. Before each tile's arithmetic the CTA waits, as the persistent way does, for the
 // previous op's completion counter. The tile's bytes go through the same compute_tile, so the
-// outputs must equal the graph's. Tile t of op i belongs to CTA (t + rot_i) mod grid, where
+// outputs must equal the graph's. (cp.async.cg keeps L2's normal policy where load_tile's __ldcs
+// asks for evict-first: a weight byte is read once either way.) Tile t of op i belongs to CTA (t + rot_i) mod grid, where
 // rot_i is the sum of the tiles of ops before i: consecutive ops' (and the one-CTA ops') tiles
 // start where the previous op's ended.
 #pragma once
@@ -68,6 +69,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; use.valid(n_ops); ++k) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kRingTiles - 2) : "memory");
     __syncthreads();  // tile k's bytes are in its slot, for every thread
+    // The slot of the previous iteration (read by every thread before its last barrier) takes
+    // the tile kRingTiles - 1 ahead, before the dependency wait: kRingTiles - 1 tiles stream
+    // while this one waits.
+    if (load.valid(n_ops)) {
+      ring_load(ops[load.op], load.tile, ring + ((k + kRingTiles - 1) % kRingTiles) * kTileBytes);
+      load.advance(ops, n_ops);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
     const Op op = ops[use.op];
     if (use.op > 0 && threadIdx.x == 0) {
       const unsigned want = epoch * static_cast<unsigned>(ops[use.op - 1].tiles);
@@ -97,12 +106,6 @@ __global__ void __launch_bounds__(kThreads)
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + use.op * kCounterStride)
                    : "memory");
     }
-    // The slot just used takes the tile kRingTiles - 1 ahead.
-    if (load.valid(n_ops)) {
-      ring_load(ops[load.op], load.tile, ring + ((k + kRingTiles - 1) % kRingTiles) * kTileBytes);
-      load.advance(ops, n_ops);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
     use.advance(ops, n_ops);
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");

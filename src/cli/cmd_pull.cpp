@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,7 +116,16 @@ int pull(const PullArgs& a) {
   }
   std::printf("%s\n", r.snapshot_dir.c_str());
   const std::string name = o.revision == "main" ? o.repo : o.repo + "@" + o.revision;
-  if (a.include.empty()) std::printf("serve it: hibana serve %s\n", name.c_str());
+  // ORG/NAME finds the model only in the hub cache roots; elsewhere, name its snapshot.
+  const auto roots = hub_cache_roots();
+  const bool findable =
+      a.cache_dir.empty() || std::any_of(roots.begin(), roots.end(), [&](const std::string& r) {
+        std::error_code ec;
+        return std::filesystem::equivalent(r, a.cache_dir, ec);
+      });
+  if (a.include.empty()) {
+    std::printf("serve it: hibana serve %s\n", findable ? name.c_str() : r.snapshot_dir.c_str());
+  }
   return 0;
 }
 

@@ -93,6 +93,23 @@ TEST(PullCommand, AnArchitectureHibanaCannotRunIsRefusedBeforeItsWeights) {
   EXPECT_NE(listed.out.find("no: unsupported architecture"), std::string::npos) << listed.out;
 }
 
+TEST(PullCommand, APullIntoAnotherCacheDirSaysWhereTheModelIs) {
+  test::FakeHub hub("acme/small", {{"config.json", "{}", false},
+                                   {"model.safetensors", std::string(100, 'w'), true}});
+  test::TempDir cache, elsewhere;
+  const auto r =
+      test::run_command(env_for(hub, cache) + "'" + test::hibana_binary() +
+                        "' pull acme/small --force --cache-dir '" + elsewhere.path() + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // HF_HUB_CACHE is `cache`: `hibana serve acme/small` would not find it in `elsewhere`.
+  EXPECT_NE(
+      r.out.find("serve it: hibana serve " + elsewhere.path() + "/models--acme--small/snapshots/"),
+      std::string::npos)
+      << r.out;
+  EXPECT_TRUE(std::filesystem::exists(fs::path(elsewhere.path()) / "models--acme--small" / "refs" /
+                                      "main"));
+}
+
 TEST(PullCommand, AnEmptyCacheSaysHowToFillIt) {
   test::TempDir cache;
   const auto listed = list(cache);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -74,6 +75,18 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
         ErrorKind::invalid_argument, "the checkpoint interval must be a multiple of the page size");
   max_context_ =
       options_.max_context > 0 ? options_.max_context : model_->config().max_position_embeddings;
+  if (pages * options_.page_size < max_context_) {
+    // The KV cache, not the model, sets the longest request: say so at start, with the size
+    // that would hold one whole context, rather than only in each refused request.
+    const double whole = static_cast<double>(max_context_) *
+                         static_cast<double>(spec.kv_bytes_per_token()) / 1073741824.0;
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1fGiB", std::ceil(whole * 10.0) / 10.0);
+    log_warn("engine: the KV cache holds ", pages * options_.page_size,
+             " tokens, fewer than the model's context of ", max_context_,
+             ": longer requests are refused; --kv-cache-size ", size,
+             " holds one whole context (more for several sequences)");
+  }
   max_context_ = std::min(max_context_, pages * options_.page_size);
   metrics_.kv_pages_total = pages;
   metrics_.kv_bytes = pages * page_bytes;

@@ -126,6 +126,20 @@ TEST(ServeCommand, ServesTheEmbeddedModelAndStopsOnSigterm) {
   EXPECT_THAT(p.log(), HasSubstr("stopping (SIGTERM)"));
 }
 
+TEST(ServeCommand, AKvCacheShorterThanTheContextIsSaidAtStart) {
+  // 2 MiB of the embedded model's KV pages hold 640 tokens of its 65536.
+  ServeProcess p({"--port", "0", "--kv-cache-size", "2MiB"});
+  ASSERT_GT(p.port(), 0) << p.log();
+  ASSERT_TRUE(eventually([&] { return p.log().find("ready: serving") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << p.log();
+  EXPECT_THAT(p.log(), HasSubstr("the KV cache holds 640 tokens, fewer than the model's context "
+                                 "of 65536"));
+  EXPECT_THAT(p.log(), HasSubstr("--kv-cache-size 0.2GiB holds one whole context"));
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.log();
+}
+
 TEST(ServeCommand, ApiKeyFromTheEnvironmentAndServedName) {
   ServeProcess p({"--port", "0", "--served-model-name", "my-model", "--gpu-cache-size", "64MiB"},
                  {"HIBANA_API_KEY=k1"});

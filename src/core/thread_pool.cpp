@@ -53,6 +53,11 @@ void ThreadPool::worker_loop() {
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      // A loop whose items are all claimed may already be over: its caller does not wait for
+      // a worker not yet counted, and may post the next loop at once. Joining it would claim a
+      // stale index from the spent counter and could run that index of the next loop a second
+      // time. Counted here, while items are left, the worker holds the caller until it leaves.
+      if (next_.load() >= job_size_) continue;
       ++active_;
     }
     run_items();
@@ -95,7 +100,9 @@ namespace {
 int g_thread_count = 0;
 }
 
-void set_default_thread_count(int threads) { g_thread_count = threads; }
+void set_default_thread_count(int threads) {
+  g_thread_count = threads;
+}
 
 ThreadPool& default_thread_pool() {
   static ThreadPool pool(g_thread_count);

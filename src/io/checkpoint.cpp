@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -14,16 +13,6 @@ namespace hibana {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-namespace {
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-}  // namespace
 
 std::string resolve_model_dir(const std::string& model) {
   std::error_code ec;
@@ -44,18 +33,15 @@ std::string resolve_model_dir(const std::string& model) {
     throw Error(ErrorKind::not_found,
                 model + ": no such directory (and not an ORG/NAME of the Hugging Face hub)");
   }
-  std::string folder = "models--" + repo.substr(0, slash) + "--" + repo.substr(slash + 1);
+  const std::string folder = hub_repo_folder(repo);
   std::vector<std::string> looked;
   for (const std::string& root : hub_cache_roots()) {
     fs::path base = fs::path(root) / folder;
     looked.push_back(base.string());
     if (!fs::is_directory(base, ec)) continue;
     std::string snapshot = revision;
-    fs::path ref = base / "refs" / revision;
-    if (fs::is_regular_file(ref, ec)) {
-      std::ifstream in(ref);
-      std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      snapshot = trim(s);
+    if (fs::path ref = base / "refs" / revision; fs::is_regular_file(ref, ec)) {
+      snapshot = hub_read_ref(ref.string());
     }
     fs::path snap = base / "snapshots" / snapshot;
     if (fs::is_directory(snap, ec)) return snap.string();

@@ -103,40 +103,35 @@ size_t body_bytes(Transfer* t, char* data, size_t size, size_t n) {
   return bytes;
 }
 
-// libcurl is C: nothing may be thrown through it. A callback's exception stops the transfer and
-// is rethrown when curl_easy_perform returns.
-size_t on_header(char* data, size_t size, size_t n, void* user) {
+// libcurl is C: nothing may be thrown through it. A callback's exception stops the transfer
+// (the callback returns `stop`) and is rethrown when curl_easy_perform returns.
+template <typename R, typename F>
+R guarded(void* user, R stop, F&& body) {
   auto* t = static_cast<Transfer*>(user);
   try {
-    return header_line(t, data, size, n);
+    return body(t);
   } catch (...) {
     t->error = std::current_exception();
-    return 0;
+    return stop;
   }
+}
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  return guarded<size_t>(user, 0, [&](Transfer* t) { return header_line(t, data, size, n); });
 }
 
 size_t on_body(char* data, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  try {
-    return body_bytes(t, data, size, n);
-  } catch (...) {
-    t->error = std::current_exception();
-    return 0;
-  }
+  return guarded<size_t>(user, 0, [&](Transfer* t) { return body_bytes(t, data, size, n); });
 }
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto* t = static_cast<Transfer*>(user);
-  try {
+  return guarded<int>(user, 1, [](Transfer* t) {
     if (t->sink && t->sink->keep_going && !t->sink->keep_going()) {
       t->result->aborted = true;
       return 1;
     }
     return 0;
-  } catch (...) {
-    t->error = std::current_exception();
-    return 1;
-  }
+  });
 }
 
 HttpResult perform(CURL* curl, const std::string& url, const std::vector<std::string>& headers,

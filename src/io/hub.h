@@ -16,6 +16,10 @@ namespace hibana {
 // Where downloads go: $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
 // $XDG_CACHE_HOME/huggingface/hub or ~/.cache/huggingface/hub (the first that is set).
 std::string hub_cache_dir();
+// "models--ORG--NAME": the folder of ORG/NAME in a cache root (and in its .locks/).
+std::string hub_repo_folder(const std::string& repo);
+// The commit a refs/REVISION file names, surrounding whitespace dropped; empty without one.
+std::string hub_read_ref(const std::string& ref_file);
 // Every place a model named ORG/NAME may be found, hub_cache_dir() first.
 std::vector<std::string> hub_cache_roots();
 // $HF_ENDPOINT (trailing '/' removed) or https://huggingface.co.

@@ -434,8 +434,7 @@ HubPullResult hub_pull(const HubPullOptions& o) {
   p.has_token = !token.empty();
   if (p.has_token) p.headers.push_back("Authorization: Bearer " + token);
   const fs::path cache = fs::absolute(o.cache_dir.empty() ? hub_cache_dir() : o.cache_dir);
-  const std::string folder =
-      "models--" + o.repo.substr(0, o.repo.find('/')) + "--" + o.repo.substr(o.repo.find('/') + 1);
+  const std::string folder = hub_repo_folder(o.repo);
   p.repo_dir = (cache / folder).lexically_normal();
   p.locks_dir = (cache / ".locks" / folder).lexically_normal();
 

@@ -24,6 +24,12 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
+// A small file's text, surrounding whitespace dropped (empty if it cannot be read).
+std::string read_trimmed(const std::string& path) {
+  std::ifstream in(path);
+  return trim(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+}
+
 std::string hf_home() {
   if (std::string h = env("HF_HOME"); !h.empty()) return h;
   if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/huggingface";
@@ -62,9 +68,16 @@ std::string hub_token() {
   }
   std::string path = env("HF_TOKEN_PATH");
   if (path.empty()) path = hf_home() + "/token";
-  std::ifstream in(path);
-  std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return trim(t);
+  return read_trimmed(path);
+}
+
+std::string hub_repo_folder(const std::string& repo) {
+  const size_t slash = repo.find('/');
+  return "models--" + repo.substr(0, slash) + "--" + repo.substr(slash + 1);
+}
+
+std::string hub_read_ref(const std::string& ref_file) {
+  return read_trimmed(ref_file);
 }
 
 std::string byte_text(double b) {
@@ -120,10 +133,7 @@ std::vector<HubCachedModel> hub_cached_models() {
         if (!r.is_regular_file(ec)) continue;
         const std::string ref = r.path().lexically_relative(e.path() / "refs").string();
         m.refs.push_back(ref);
-        if (ref == "main") {
-          std::ifstream in(r.path());
-          m.snapshot = trim(std::string((std::istreambuf_iterator<char>(in)), {}));
-        }
+        if (ref == "main") m.snapshot = hub_read_ref(r.path().string());
       }
       std::sort(m.refs.begin(), m.refs.end());
       if (m.snapshot.empty() && snaps.size() == 1) m.snapshot = snaps[0];

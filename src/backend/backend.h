@@ -100,6 +100,13 @@ class Backend {
   virtual double copy_bandwidth() { return 0.0; }
   // True when the device's memory is the host's (an integrated GPU): no host tier then.
   virtual bool unified_memory() const { return false; }
+  // Free and total bytes of the device's memory now (a GPU's, shared with the host on an
+  // integrated one); {0, 0} where the backend has no memory of its own (the CPU).
+  struct MemoryInfo {
+    int64_t free = 0;
+    int64_t total = 0;
+  };
+  virtual MemoryInfo memory_info() { return {}; }
   // GPU time per op since the last report, when the backend was asked to time its ops
   // (HIBANA_CUDA_TIMING=1); empty otherwise.
   virtual std::string timing_report() { return {}; }

@@ -40,7 +40,7 @@ struct ServeArgs {
   std::string max_body_size = "64MiB";
   std::vector<std::string> cors_origins;
   std::vector<std::string> served_names;
-  std::string kv_cache_size = "1GiB";
+  std::string kv_cache_size = "auto";
   int64_t max_seqs = 32;
   int64_t step_tokens = 512;
   int tp = 1;
@@ -100,7 +100,9 @@ ServeSetup setup(const ServeArgs& a) {
                     "KEY (or HIBANA_API_KEY), or --insecure-no-auth to serve without a key");
   }
   EngineOptions& eo = s.eo;
-  eo.kv_cache_bytes = server::parse_byte_size(a.kv_cache_size, "--kv-cache-size");
+  // 0: the engine sizes the pool from the device's free memory once the model is loaded.
+  eo.kv_cache_bytes =
+      a.kv_cache_size == "auto" ? 0 : server::parse_byte_size(a.kv_cache_size, "--kv-cache-size");
   eo.max_sequences = a.max_seqs;
   eo.step_token_budget = a.step_tokens;
   eo.max_queue = a.max_queue;
@@ -110,8 +112,8 @@ ServeSetup setup(const ServeArgs& a) {
   eo.cache_dir = a.cache_dir;
   eo.ssd_cache_bytes = server::parse_byte_size(a.ssd_cache_size, "--ssd-cache-size");
   eo.host_cache_bytes = server::parse_byte_size(a.host_cache_size, "--host-cache-size");
-  check(eo.kv_cache_bytes > 0 && eo.max_sequences > 0 && eo.step_token_budget > 0 &&
-            eo.max_queue > 0 && eo.max_context >= 0,
+  check((eo.kv_cache_bytes > 0 || a.kv_cache_size == "auto") && eo.max_sequences > 0 &&
+            eo.step_token_budget > 0 && eo.max_queue > 0 && eo.max_context >= 0,
         ErrorKind::invalid_argument,
         "--kv-cache-size, --max-seqs, --step-tokens and --max-queue must be positive");
   check(a.max_output_tokens >= 0, ErrorKind::invalid_argument,
@@ -248,8 +250,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--served-model-name", args->served_names,
                   "name(s) clients use for the model (default: the model directory's name)");
   cmd->add_option("--kv-cache-size,--gpu-cache-size", args->kv_cache_size,
-                  "device pool for the KV pages of running and cached sequences (default 1GiB; "
-                  "e.g. 512MiB, 8GiB)");
+                  "device pool for the KV pages of running and cached sequences, e.g. 512MiB, "
+                  "8GiB (default auto: on a GPU, its free memory once the model is loaded, less "
+                  "a reserve for activations, halved on unified memory; 1GiB on the CPU)");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences generated at once (default 32)");
   cmd->add_option("--tp", args->tp,
                   "tensor-parallel ranks: N processes, each with 1/N of the model (CPU over MPI; "

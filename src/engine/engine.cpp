@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine_pools.h"
+#include "engine/kv_sizing.h"
 #include "engine/logits_draw.h"
 #include "engine/rank_tiers.h"
 #include "state/state_pool.h"
@@ -41,10 +42,22 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
   const StateSpec spec = model_->state_spec();
   const int64_t page_bytes =
       std::max<int64_t>(1, static_cast<int64_t>(spec.kv_bytes_per_token()) * options_.page_size);
-  const int64_t pages = std::max<int64_t>(2, options_.kv_cache_bytes / page_bytes);
   const bool hybrid = spec.deltanet_layers > 0;
   const int64_t checkpoint_slots =
       options_.prefix_cache && hybrid ? std::max<int64_t>(0, options_.checkpoint_slots) : 0;
+  if (options_.kv_cache_bytes == 0) {
+    Backend& backend = model_->backend();
+    const int64_t slots_bytes = static_cast<int64_t>(spec.recurrent_bytes_per_slot()) *
+                                (options_.max_sequences + checkpoint_slots);
+    const KvSizing sized =
+        auto_kv_cache_bytes(backend.memory_info(), backend.unified_memory(), slots_bytes);
+    options_.kv_cache_bytes = sized.bytes;
+    log_info("engine: KV cache sized to ", sized.bytes >> 20, " MiB (", sized.why,
+             "); --kv-cache-size sets it");
+  }
+  check(options_.kv_cache_bytes > 0, ErrorKind::invalid_argument,
+        "the KV cache size must be positive (0: sized from the device's free memory)");
+  const int64_t pages = std::max<int64_t>(2, options_.kv_cache_bytes / page_bytes);
   pools_ = std::make_unique<Pools>(spec, options_.page_size, pages,
                                    options_.max_sequences + checkpoint_slots);
   TierCosts costs;

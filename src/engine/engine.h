@@ -97,7 +97,8 @@ class RequestStream {
 
 struct EngineOptions {
   int64_t page_size = 64;
-  int64_t kv_cache_bytes = int64_t(1) << 30;  // KV pages of all sequences
+  // KV pages of all sequences; 0: sized from the device's free memory (engine/kv_sizing.h).
+  int64_t kv_cache_bytes = int64_t(1) << 30;
   // Draw from summaries of the logits rows (their largest entries and sums, computed where the
   // rows are) when they suffice; false moves every whole row to the host (for comparisons).
   bool sample_from_summaries = true;

@@ -140,6 +140,19 @@ TEST(ServeCommand, AKvCacheShorterThanTheContextIsSaidAtStart) {
   EXPECT_EQ(p.wait(), 0) << p.log();
 }
 
+TEST(ServeCommand, TheKvCacheIsSizedByDefaultAndTheLogSaysHow) {
+  ServeProcess p({"--port", "0", "--max-seqs", "4"});
+  ASSERT_GT(p.port(), 0) << p.log();
+  ASSERT_TRUE(eventually([&] { return p.log().find("ready: serving") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << p.log();
+  // On the CPU the default size; on a GPU its free memory less the reserve.
+  EXPECT_THAT(p.log(), HasSubstr("engine: KV cache sized to "));
+  EXPECT_THAT(p.log(), HasSubstr("--kv-cache-size sets it"));
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.log();
+}
+
 TEST(ServeCommand, ApiKeyFromTheEnvironmentAndServedName) {
   ServeProcess p({"--port", "0", "--served-model-name", "my-model", "--gpu-cache-size", "64MiB"},
                  {"HIBANA_API_KEY=k1"});

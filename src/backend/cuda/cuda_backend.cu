@@ -288,6 +288,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(cuda::stream())); }
   bool unified_memory() const override { return integrated_; }
+  MemoryInfo memory_info() override {
+    size_t free_b = 0, total = 0;
+    HIBANA_CUDA(cudaMemGetInfo(&free_b, &total));
+    return {static_cast<int64_t>(free_b), static_cast<int64_t>(total)};
+  }
   std::string timing_report() override { return timer_.on() ? timer_.report() : std::string(); }
 
   // Timed ops record events, which a graph cannot replay; HIBANA_CUDA_GRAPHS=0 turns graphs off.

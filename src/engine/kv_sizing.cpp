@@ -1,0 +1,36 @@
+#include "engine/kv_sizing.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace hibana {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(bytes) / 1073741824.0);
+  return s;
+}
+
+}  // namespace
+
+KvSizing auto_kv_cache_bytes(const Backend::MemoryInfo& memory, bool unified,
+                             int64_t other_state_bytes) {
+  if (memory.total <= 0) {
+    return {kDefaultKvCacheBytes, "the default for a backend without device memory"};
+  }
+  constexpr int64_t kMinimum = int64_t(256) << 20;
+  const int64_t reserve = std::max<int64_t>(int64_t(2) << 30, memory.total / 10);
+  int64_t usable = memory.free - reserve - std::max<int64_t>(0, other_state_bytes);
+  if (unified) usable /= 2;
+  KvSizing s;
+  s.bytes = std::max(kMinimum, usable);
+  s.why = gib(memory.free) + " free of " + gib(memory.total) + ", less " + gib(reserve) +
+          " kept for activations and " + gib(std::max<int64_t>(0, other_state_bytes)) +
+          " of recurrent state" + (unified ? ", halved (memory shared with the host)" : "") +
+          (usable < kMinimum ? "; too little is free, so the minimum of 256 MiB" : "");
+  return s;
+}
+
+}  // namespace hibana

@@ -183,6 +183,8 @@ stage_stream() {
 # and with one-CTA ops between them.
 stage_chain() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -o $B/op_chain tools/gpu/op_chain.cu || return 1
+  # The L2-prefetch ways are ruled out (sixteenth slice): NO_L2=0 runs them again.
+  export NO_L2=${NO_L2:-1}
   { timeout 120 $B/op_chain && SMALL=1 timeout 120 $B/op_chain; } 2>&1 | tee "$OUT/op_chain.log"
 }
 

@@ -20,7 +20,9 @@
 //   ring        one CTA per SM, its (op, tile) pairs one cp.async pipeline through 6 tiles of
 //               shared memory (op_chain_ring.cuh): the weights of the next tiles keep streaming
 //               across the dependencies, which stall only the arithmetic — what a persistent
-//               decode step could reach;
+//               decode step could reach if it knew the experts in advance;
+//   ring-routed the same, but an expert's weights start loading only once its router is done
+//               (a decode step learns the experts from the router): what such a step can reach;
 //   graph-early+L2 BUDGET  graph-early beside a one-warp prefetcher launched on a second
 //               stream in the same graph: it pulls the coming ops' weights into L2
 //               (cp.async.bulk.prefetch.L2), 2 MB at a time while at most BUDGET MB of
@@ -75,6 +77,7 @@ struct Op {
   int tiles;       // ceil(n / (kWarps * rows_per_warp)); 1 for a norm
   bool norm;       // a one-CTA op: out = x / rms(x) over n = k values
   bool routed;     // the experts' products (which experts: known only once the router has run)
+  int router;      // a routed op's router (the op whose completion says which experts)
   const float* x;  // input vector (the previous op's output)
   float* out;      // [n]
 };
@@ -352,6 +355,10 @@ int main() {
       op.rows_per_warp = kWarpBytes / sh.k_bytes;
       op.tiles = (op.n + kWarps * op.rows_per_warp - 1) / (kWarps * op.rows_per_warp);
       op.routed = sh.routed;
+      if (sh.routed) {
+        op.router = static_cast<int>(ops.size());
+        while (ops[op.router].norm || ops[op.router].n != 512) --op.router;
+      }
       ops.push_back(op);
       total_bytes += static_cast<size_t>(op.n) * sh.k_bytes;
       if (small && sh.norm_after) {
@@ -486,8 +493,9 @@ int main() {
   }
 
   // graph-early beside the L2 prefetcher, for each budget of PREFETCH_MB (MB, default "0 8 16
-  // 32"; 0 forks and joins an empty prefetcher: the structure's own cost).
-  {
+  // 32"; 0 forks and joins an empty prefetcher: the structure's own cost). NO_L2=1 skips these
+  // ways (ruled out: docs/benchmarks.md, sixteenth slice).
+  if (!std::getenv("NO_L2") || std::string(std::getenv("NO_L2")) == "0") {
     std::vector<Span> spans(ops.size());
     unsigned long long start = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -586,25 +594,33 @@ int main() {
     const float ms = best_ms(s, run);
     report(late ? "persistent-late" : "persistent", ms * 1000.0f);
   }
-  CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
+  CHECK(cudaFuncSetAttribute(ring_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kRingSmem));
   int ring_per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ring_per_sm, ring_kernel, kThreads,
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ring_per_sm, ring_kernel<false>, kThreads,
                                                       kRingSmem));
+  CHECK(cudaFuncSetAttribute(ring_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kRingSmem));
   if (ring_per_sm > 0) {
     const int ring_grid = ring_per_sm * prop.multiProcessorCount;
-    auto run = [&] {
-      ++epoch;
-      int n_ops = static_cast<int>(ops.size());
-      void* args[] = {&d_ops, &n_ops, &done, &epoch};
-      CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ring_kernel), dim3(ring_grid),
-                                        dim3(kThreads), args, kRingSmem, s));
-    };
-    poison();
-    run();
-    CHECK(cudaStreamSynchronize(s));
-    compare("ring (" + std::to_string(ring_grid) + " CTAs, " + std::to_string(kRingTiles) +
-            " tiles of 32 KiB each)");
-    report("ring", best_ms(s, run) * 1000.0f);
+    for (const bool routed : {false, true}) {
+      auto run = [&] {
+        ++epoch;
+        int n_ops = static_cast<int>(ops.size());
+        void* args[] = {&d_ops, &n_ops, &done, &epoch};
+        void* kernel = routed ? reinterpret_cast<void*>(ring_kernel<true>)
+                              : reinterpret_cast<void*>(ring_kernel<false>);
+        CHECK(cudaLaunchCooperativeKernel(kernel, dim3(ring_grid), dim3(kThreads), args,
+                                          kRingSmem, s));
+      };
+      const char* what = routed ? "ring-routed" : "ring";
+      poison();
+      run();
+      CHECK(cudaStreamSynchronize(s));
+      compare(std::string(what) + " (" + std::to_string(ring_grid) + " CTAs, " +
+              std::to_string(kRingTiles) + " tiles of 32 KiB each)");
+      report(what, best_ms(s, run) * 1000.0f);
+    }
   } else {
     std::printf("ring: %d KiB of shared memory per CTA do not fit this GPU\n", kRingSmem >> 10);
   }

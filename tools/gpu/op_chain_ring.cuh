@@ -50,43 +50,82 @@ __device__ __forceinline__ void ring_load(const Op& op, int tile, char* slot) {
   }
 }
 
+// Has op `op`'s every tile of run `epoch` been counted? (acquire: its outputs are visible.)
+__device__ __forceinline__ bool op_done(const Op* ops, int op, const unsigned* done,
+                                        unsigned epoch) {
+  unsigned got;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+               : "=r"(got)
+               : "l"(done + op * kCounterStride)
+               : "memory");
+  return got >= epoch * static_cast<unsigned>(ops[op].tiles);
+}
+
+// cp.async.wait_group takes an immediate: the groups a wait may leave in flight, 0..kRingTiles-1.
+__device__ __forceinline__ void wait_groups_left(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+  }
+}
+static_assert(kRingTiles == 6, "wait_groups_left covers 0..kRingTiles-1 groups in flight");
+
+// kRouted: an expert's weights are loaded only once its router is done (an engine learns which
+// experts from the router's output), the way a persistent decode step would have to. A load
+// whose router is not done yet is not issued (a blocking wait there could stall this CTA's own
+// router tile behind it in the ring): the loads stop at it and are retried before every tile;
+// when this CTA's arithmetic reaches the tile, it waits for the router and loads it then.
+// Without kRouted every load is issued as early as the ring has room (the bound a step with
+// known experts could reach).
+template <bool kRouted>
 __global__ void __launch_bounds__(kThreads)
     ring_kernel(const Op* ops, int n_ops, unsigned* done, unsigned epoch) {
   extern __shared__ __align__(16) char ring[];
   __shared__ float xs[kMaxK];
+  __shared__ int ready;
   RingCursor load, use;
   load.advance(ops, n_ops);
   use.advance(ops, n_ops);
-#pragma unroll 1
-  for (int s = 0; s < kRingTiles - 1; ++s) {  // prologue: a group per slot, empty past the end
-    if (load.valid(n_ops)) {
-      ring_load(ops[load.op], load.tile, ring + s * kTileBytes);
-      load.advance(ops, n_ops);
-    }
+  int issued = 0;  // tiles whose loads are committed (one cp.async group each)
+  // Commits the loads of the next tile into its slot (the ring's slot for tile `issued`).
+  auto issue = [&] {
+    ring_load(ops[load.op], load.tile, ring + (issued % kRingTiles) * kTileBytes);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
+    load.advance(ops, n_ops);
+    ++issued;
+  };
+  // May the next load go now? (Every thread gets thread 0's answer; a barrier inside.)
+  auto loadable = [&] {
+    if (!kRouted || !ops[load.op].routed) return true;
+    if (threadIdx.x == 0) ready = op_done(ops, ops[load.op].router, done, epoch);
+    __syncthreads();
+    const bool r = ready != 0;
+    __syncthreads();
+    return r;
+  };
 #pragma unroll 1
   for (int k = 0; use.valid(n_ops); ++k) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kRingTiles - 2) : "memory");
-    __syncthreads();  // tile k's bytes are in its slot, for every thread
-    // The slot of the previous iteration (read by every thread before its last barrier) takes
-    // the tile kRingTiles - 1 ahead, before the dependency wait: kRingTiles - 1 tiles stream
-    // while this one waits.
-    if (load.valid(n_ops)) {
-      ring_load(ops[load.op], load.tile, ring + ((k + kRingTiles - 1) % kRingTiles) * kTileBytes);
-      load.advance(ops, n_ops);
+    // Every slot but tile k's is free (read by every thread before the last barrier): fill the
+    // ring up to kRingTiles - 1 tiles ahead, stopping at a routed tile whose router is not done.
+    while (load.valid(n_ops) && issued < k + kRingTiles && loadable()) issue();
+    if (issued == k) {  // tile k's own loads wait for its router: nothing of this CTA is ahead
+      if (threadIdx.x == 0) {
+        while (!op_done(ops, ops[load.op].router, done, epoch)) {
+        }
+      }
+      __syncthreads();
+      issue();
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    wait_groups_left(issued - k - 1);
+    __syncthreads();  // tile k's bytes are in its slot, for every thread
     const Op op = ops[use.op];
     if (use.op > 0 && threadIdx.x == 0) {
-      const unsigned want = epoch * static_cast<unsigned>(ops[use.op - 1].tiles);
-      unsigned got;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                     : "=r"(got)
-                     : "l"(done + (use.op - 1) * kCounterStride)
-                     : "memory");
-      } while (got < want);
+      while (!op_done(ops, use.op - 1, done, epoch)) {
+      }
     }
     __syncthreads();
     load_x(op, xs);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 1` (build, every CUDA test with the defaults of the
-# sixteenth slice and with the remaining switches on, the 8192-token prefill of both shapes with
-# the new defaults against the old), `2` (op_chain with its ring way, the 80B's decode at every
-# batch), `3` (the 8B's decode at every batch, the attention split sweep), `4` (racecheck,
-# Nsight Compute of the tiled matmul both ways). Logs
+# minutes each: `tools/gpu/pending.sh 1` (build, op_chain's ring ways, every CUDA test, the
+# 80B's decode at batch 1 and 8), `2` (the tests with the remaining switches on, the 8192-token
+# prefill of both shapes with the new defaults against the old, the 8B's decode at every
+# batch), `3` (the 80B at batch 32 and 64, the attention split sweep), `4` (racecheck, Nsight
+# Compute of the tiled matmul both ways). Logs
 # under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
@@ -27,25 +27,28 @@ pf() {
 # The defaults before the sixteenth slice, for the A/B of the new ones.
 OLD="HIBANA_CUDA_GDN_CHUNKED=0 HIBANA_CUDA_CONV_TOKENS=0 HIBANA_CUDA_POOLED_SCRATCH=0 HIBANA_CUDA_TILED_PRESPLIT=0"
 
-# Each call builds first: a machine that went back between calls keeps no build.
+# Each call builds first: a machine that went back between calls keeps no build. The first
+# call answers the 80B's question (op_chain's ring ways) and checks the tests; the second
+# measures; the third profiles.
 call1() {
-  timeout 200 tools/gpu/check.sh build 2>&1 | tail -3
+  timeout 240 tools/gpu/check.sh build 2>&1 | tail -3
+  timeout 100 tools/gpu/check.sh chain 2>&1 | grep -E 'bare|graph-early |persistent|ring|DIFFER|NaN' | head -16
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -25
+  BATCHES=1,8 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
+}
+
+call2() {
+  timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   KNOBS="HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_TILED_PRESPLIT=1" \
     timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
   pf qwen3-next-80b-a3b fp8 "" "$OLD"
   pf qwen3-8b bf16 "" "$OLD"
-}
-
-call2() {
-  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 150 tools/gpu/check.sh chain 2>&1 | grep -E 'bare|graph-early |persistent|ring|DIFFER|NaN' | head -16
-  BATCHES=1,8,32,64 timeout 330 tools/gpu/check.sh bench-80b 2>&1 | tail -6
+  BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-8b 2>&1 | tail -6
 }
 
 call3() {
-  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  BATCHES=1,8,32,64 timeout 250 tools/gpu/check.sh bench-8b 2>&1 | tail -6
+  timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  BATCHES=32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
   CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
     timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6
 }

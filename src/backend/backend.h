@@ -286,6 +286,11 @@ class Backend {
                               int64_t k, Tensor out) {
     summarise_rows(logits, temperature, k, out);
   }
+  // out = f32 logits [R, V] with row r's sampling penalties applied (core/logits_summary.h:
+  // penalise_rows is the reference, bit for bit). The default runs it on host memory.
+  virtual void penalise_rows(const Tensor& logits, const LogitsPenalties& penalties, Tensor out) {
+    hibana::penalise_rows(logits, penalties, out);
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

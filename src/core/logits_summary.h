@@ -32,6 +32,31 @@ constexpr int64_t summary_words(int64_t k) {
   return 8 + 2 * k;
 }
 
+// A sampler's penalties (engine/sampler.h), applied to logits rows before they are summarised so
+// that penalised requests draw from summaries too: row r's listed tokens become
+// penalised_logit(l, repetition[r], subtract[i]), the other entries stay as they are.
+struct LogitsPenalties {
+  std::vector<int64_t> offset = {0};  // [R + 1]: row r's entries are offset[r] .. offset[r + 1)
+  std::vector<int32_t> token;         // distinct within a row, each below the vocabulary
+  std::vector<float> subtract;
+  std::vector<float> repetition;  // [R] (1: none)
+  int64_t rows() const { return static_cast<int64_t>(repetition.size()); }
+  // Appends a row with no entries yet (add entries with token/subtract push_backs, then close).
+  void open_row(float repetition_penalty) { repetition.push_back(repetition_penalty); }
+  void close_row() { offset.push_back(static_cast<int64_t>(token.size())); }
+};
+
+// The repetition penalty's transform (l / p above zero, l * p otherwise), then the subtraction
+// of the presence and frequency terms: one rounding per operation, in this order, on every
+// backend (the GPU's kernel uses the _rn intrinsics so nothing is contracted into an fma).
+inline float penalised_logit(float l, float repetition, float subtract) {
+  const float r = l > 0 ? l / repetition : l * repetition;
+  return r - subtract;
+}
+
+// out = logits with the penalties of each row applied (host f32 rows [R, V]; out may be logits).
+void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out);
+
 // `temperature` < 0: no sums; 0: sum1 only; > 0: both (sumt at 1 / temperature, in double).
 void summarise_row(const float* row, int64_t vocab, float temperature, int64_t k, int32_t* out);
 LogitsSummary unpack_summary(const int32_t* packed, int64_t k);

@@ -46,14 +46,33 @@ bool logprobs_from_summary(const LogitsSummary& sum, int32_t top, StreamEvent& e
 
 }  // namespace
 
+namespace {
+
+// Whether a row's token (and logprobs) can come from its summary: not with a logit bias or a
+// logits processor (they change the row on the host), nor with logprobs of a penalised row
+// (they are of the raw row, the summary of the penalised one).
+bool summary_serves(const GenerationRequest& r, const Sampler& sampler) {
+  return r.logit_bias.empty() && !r.processor && !(sampler.penalised() && r.top_logprobs >= 0);
+}
+
+}  // namespace
+
 void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo) {
   int64_t k = 1;
   std::vector<float> temperature;
+  LogitsPenalties penalties;
+  bool served = false, penalised = false;
   for (const DrawRow& row : rows) {
     const GenerationRequest& r = *row.request;
-    if (!r.logit_bias.empty() || r.processor || row.sampler->penalised()) return;
-    int64_t need = row.sampler->summary_entries();
-    float t = row.sampler->summary_temperature();
+    const Sampler& sampler = *row.sampler;
+    if (!summary_serves(r, sampler)) {  // its whole row is fetched: the summary's least
+      temperature.push_back(-1.0f);
+      penalties.open_row(1.0f);
+      penalties.close_row();
+      continue;
+    }
+    int64_t need = sampler.summary_entries();
+    float t = sampler.summary_temperature();
     if (r.top_logprobs >= 0) {
       need = std::max<int64_t>(need, r.top_logprobs);
       t = std::max(t, 0.0f);  // the logprobs need sum1
@@ -61,10 +80,14 @@ void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo) {
     if (need > kMaxSummaryEntries) return;
     k = std::max(k, need);
     temperature.push_back(t);
+    served = true;
+    penalised = penalised || sampler.penalised();
+    sampler.add_penalties(penalties, row.vocab);
   }
-  if (rows.empty()) return;
+  if (!served) return;
   fo.summary_k = k;
   fo.summary_temperature = std::move(temperature);
+  if (penalised) fo.penalties = std::move(penalties);
 }
 
 StreamEvent draw_token(const GenerationRequest& r, Sampler& sampler, const ForwardOutput& out,
@@ -75,7 +98,9 @@ StreamEvent draw_token(const GenerationRequest& r, Sampler& sampler, const Forwa
   if (!out.summaries.empty()) {
     const int64_t row = out.last_row(seq);
     const LogitsSummary& sum = out.summaries[static_cast<size_t>(row)];
-    const std::optional<int32_t> token = sampler.sample(sum, out.vocab);
+    const std::optional<int32_t> token =
+        summary_serves(r, sampler) ? sampler.sample(sum, out.vocab, out.penalties_applied)
+                                   : std::nullopt;
     if (token) {
       ev.token = *token;
       if (r.top_logprobs < 0 || logprobs_from_summary(sum, r.top_logprobs, ev)) {

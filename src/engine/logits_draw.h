@@ -13,14 +13,17 @@
 
 namespace hibana {
 
-// A row of the step that wants logits: its request and sampler.
+// A row of the step that wants logits: its request and sampler, and the model's vocabulary.
 struct DrawRow {
   const GenerationRequest* request;
   const Sampler* sampler;
+  int64_t vocab;
 };
 
-// Sets fo to return summaries when every row can be drawn from one: no logit bias, no logits
-// processor (constraints), no penalties, at most 64 top logprobs. Otherwise leaves it.
+// Sets fo to return summaries of the rows (with the samplers' penalties applied before, where
+// the rows are) when at least one row can be drawn from its summary and none wants more than 64
+// top logprobs. A row with a logit bias or a logits processor (constraints), or a penalised
+// one that wants logprobs, is fetched whole by draw_token instead. Otherwise leaves fo.
 void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo);
 
 struct DrawCounts {

@@ -64,6 +64,38 @@ double Sampler::uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
+// Calls f(token, subtract) once per token the penalties change (below `vocab`): every seen one
+// with a repetition penalty, else the generated ones; subtract is the presence and frequency
+// terms of a generated token (0 for the others).
+template <typename F>
+void Sampler::for_each_penalty(int64_t vocab, F f) const {
+  const SamplingParams& p = params_;
+  auto subtract = [&](int32_t count) {
+    return p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+  };
+  if (p.repetition_penalty != 1.0f) {
+    for (int32_t t : seen_) {
+      if (t >= vocab) continue;
+      const auto g = generated_.find(t);
+      f(t, g == generated_.end() ? 0.0f : subtract(g->second));
+    }
+    return;
+  }
+  if (p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+  for (const auto& [t, count] : generated_) {
+    if (t < vocab) f(t, subtract(count));
+  }
+}
+
+void Sampler::add_penalties(LogitsPenalties& out, int64_t vocab) const {
+  out.open_row(params_.repetition_penalty);
+  for_each_penalty(vocab, [&](int32_t t, float subtract) {
+    out.token.push_back(t);
+    out.subtract.push_back(subtract);
+  });
+  out.close_row();
+}
+
 bool Sampler::penalised() const {
   const SamplingParams& p = params_;
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -74,17 +106,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   const float* src = logits;
   if (penalised()) {
     work_.assign(logits, logits + vocab);
-    if (p.repetition_penalty != 1.0f) {
-      for (int32_t t : seen_) {
-        if (t >= vocab) continue;
-        float& l = work_[t];
-        l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-      }
-    }
-    for (const auto& [t, count] : generated_) {
-      if (t >= vocab) continue;
-      work_[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
-    }
+    for_each_penalty(vocab, [&](int32_t t, float subtract) {
+      work_[t] = penalised_logit(work_[t], p.repetition_penalty, subtract);
+    });
     src = work_.data();
   }
   if (p.greedy()) return argmax(src, vocab);
@@ -219,9 +243,9 @@ float Sampler::summary_temperature() const {
 // draw() on the summary's entries (the row's largest, in its order): every cut and the walk
 // reach only a prefix of the descending order, and the normaliser is the summary's sum. When
 // they would reach past the entries held, nothing is drawn.
-std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab) {
+std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab, bool penalties_applied) {
   const SamplingParams& p = params_;
-  if (penalised() || s.id.empty()) return std::nullopt;
+  if ((penalised() && !penalties_applied) || s.id.empty()) return std::nullopt;
   if (p.greedy()) return s.id[0];
   const size_t held = s.id.size();
   const bool cut_k = p.top_k > 0 && p.top_k < vocab;

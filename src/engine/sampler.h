@@ -33,12 +33,17 @@ class Sampler {
   // accept().
   void set_prompt(std::span<const int32_t> prompt);
   int32_t sample(const float* logits, int64_t vocab);
-  // The same draw from a summary of the row (no penalties: see penalised()), or nullopt when
-  // it needs entries the summary does not hold; the generator is then where it was, so that
-  // sample() on the whole row gives what it would have. The summary must hold at least
-  // summary_entries() entries, with the sums summary_temperature() asks for.
-  std::optional<int32_t> sample(const LogitsSummary& summary, int64_t vocab);
+  // The same draw from a summary of the row, or nullopt when it needs entries the summary does
+  // not hold; the generator is then where it was, so that sample() on the whole row gives what
+  // it would have. The summary must hold at least summary_entries() entries, with the sums
+  // summary_temperature() asks for. A penalised sampler draws only from the summary of a row
+  // its penalties were applied to (add_penalties, penalties_applied; nullopt otherwise).
+  std::optional<int32_t> sample(const LogitsSummary& summary, int64_t vocab,
+                                bool penalties_applied = false);
   bool penalised() const;
+  // Appends a row of this sampler's penalties now (the tokens sample() would penalise and how):
+  // applied to a logits row (penalise_rows), they give the values sample() draws from.
+  void add_penalties(LogitsPenalties& out, int64_t vocab) const;
   int64_t summary_entries() const;
   float summary_temperature() const;
   void accept(int32_t token);
@@ -48,6 +53,8 @@ class Sampler {
   double uniform();
   // A draw from the tempered, cut distribution of `logits` (not greedy).
   int32_t draw(const float* logits, int64_t vocab);
+  template <typename F>
+  void for_each_penalty(int64_t vocab, F f) const;
   SamplingParams params_;
   uint64_t rng_;
   std::unordered_map<int32_t, int32_t> generated_;  // token -> count

@@ -15,12 +15,30 @@ void summarise(Backend& be, const Tensor& logits, const ForwardOptions& o, Forwa
   check(static_cast<int64_t>(o.summary_temperature.size()) == R, ErrorKind::internal,
         "logits summaries: one temperature per logits row");
   const Device dev = logits.device;
-  OwnedTensor packed = make_uninit_tensor(DType::i32, {R, summary_words(k)}, dev);
-  if (dev == Device::cpu) {  // (also beside a GPU backend: tensor parallelism gathers on the host)
-    be.Backend::logits_summary(logits, o.summary_temperature, k, packed.tensor);
-  } else {
-    be.logits_summary(logits, o.summary_temperature, k, packed.tensor);
+  // (Host rows also beside a GPU backend: tensor parallelism gathers the logits on the host.)
+  const bool on_host = dev == Device::cpu;
+  // The penalties go on a copy: fetch_row returns the rows as computed.
+  const bool penalised = o.penalties.rows() > 0;
+  check(!penalised || o.penalties.rows() == R, ErrorKind::internal,
+        "logits summaries: one row of penalties per logits row");
+  OwnedTensor copy;
+  const Tensor* rows = &logits;
+  if (penalised) {
+    copy = make_uninit_tensor(DType::f32, {R, logits.shape[1]}, dev);
+    if (on_host) {
+      be.Backend::penalise_rows(logits, o.penalties, copy.tensor);
+    } else {
+      be.penalise_rows(logits, o.penalties, copy.tensor);
+    }
+    rows = &copy.tensor;
   }
+  OwnedTensor packed = make_uninit_tensor(DType::i32, {R, summary_words(k)}, dev);
+  if (on_host) {
+    be.Backend::logits_summary(*rows, o.summary_temperature, k, packed.tensor);
+  } else {
+    be.logits_summary(*rows, o.summary_temperature, k, packed.tensor);
+  }
+  out.penalties_applied = penalised;
   std::vector<int32_t> host(static_cast<size_t>(R * summary_words(k)));
   copy_to_host(packed.tensor, host.data());
   out.summaries.clear();

@@ -41,6 +41,9 @@ struct ForwardOptions {
   // summarise_row takes it: < 0 no sums, 0 sum1 only). Only these cross to the host.
   int64_t summary_k = 0;
   std::vector<float> summary_temperature;
+  // With summary_k: penalties applied to each row before it is summarised (none when it has no
+  // rows); fetch_row still returns the rows as computed.
+  LogitsPenalties penalties;
 };
 
 struct ForwardOutput {
@@ -54,6 +57,7 @@ struct ForwardOutput {
   // logits into a host buffer of `vocab` floats (valid until the next forward of the model);
   // `logits` may then be empty.
   std::vector<LogitsSummary> summaries;
+  bool penalties_applied = false;  // the summaries are of rows with ForwardOptions::penalties
   std::function<void(int64_t row, float* dst)> fetch_row;
   const float* row(int64_t r) const { return logits.data() + r * vocab; }
   // The logits row of sequence s at the last position it asked for.

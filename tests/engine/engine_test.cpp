@@ -205,6 +205,62 @@ TEST_P(Summaries, GiveTheTokensAndLogprobsOfWholeRows) {
   }
 }
 
+// Penalised requests draw from summaries too: the penalties are applied where the rows are
+// (Backend::penalise_rows) before the rows are summarised. Repetition, presence and frequency
+// penalties (a negative one too), greedy and sampled, in one batch with a logit-biased request
+// and a penalised one that wants logprobs (both fetched whole): every request gets the tokens
+// of an engine that moves every whole row to the host and penalises there. (Before, one
+// penalised row sent every row of the step to the host whole.)
+TEST_P(Summaries, PenalisedRowsDrawFromSummariesWithTheTokensOfWholeRows) {
+  if (test::unavailable(GetParam())) GTEST_SKIP();
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next", GetParam());
+  const int64_t V = model->config().vocab_size;
+  constexpr int kRequests = 6;
+  auto request = [&](int i, bool penalties) {
+    GenerationRequest r = greedy_request(prompt_of(10 + 7 * i, 40 + i, V), 24);
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 5 + static_cast<uint64_t>(i);
+    }
+    if (penalties) {
+      r.sampling.repetition_penalty = i < 2 ? 1.3f : 1.0f;
+      r.sampling.presence_penalty = i == 2 || i == 3 ? 0.7f : 0.0f;
+      r.sampling.frequency_penalty = i == 3 ? -0.4f : i == 4 ? 0.5f : 0.0f;
+    }
+    if (i == 5) r.logit_bias[static_cast<int32_t>(V / 2)] = 3.0f;  // fetched whole
+    if (i == 4) r.top_logprobs = 2;  // penalised with logprobs: fetched whole
+    return r;
+  };
+  auto run = [&](bool summaries, bool penalties) {
+    EngineOptions opt;
+    opt.gdn_mode = GdnMode::recurrent;
+    opt.max_sequences = 8;
+    opt.sample_from_summaries = summaries;
+    Engine engine(model, opt);
+    engine.hold_admission(true);  // one batch
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < kRequests; ++i) streams.push_back(engine.submit(request(i, penalties)));
+    engine.hold_admission(false);
+    std::vector<Outcome> out;
+    for (auto& s : streams) out.push_back(collect(*s));
+    const EngineMetrics m = engine.metrics();
+    if (summaries) {
+      EXPECT_GT(m.summary_draws, 60u);         // of 144 tokens: requests 0-3 (96) mostly
+      EXPECT_GE(m.whole_row_fetches, 48u);     // requests 4 and 5, every token
+    }
+    return out;
+  };
+  const std::vector<Outcome> summarised = run(true, true), whole = run(false, true);
+  const std::vector<Outcome> plain = run(false, false);
+  int changed = 0;  // the penalties must matter, or the comparison shows nothing
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(summarised[i].tokens, whole[i].tokens) << "request " << i;
+    changed += whole[i].tokens != plain[i].tokens;
+  }
+  EXPECT_GE(changed, 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Summaries, testing::Values("cpu", "cuda"),
                          [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 

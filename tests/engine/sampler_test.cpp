@@ -189,6 +189,70 @@ TEST(Sampler, DrawsFromASummaryWhatTheWholeRowGives) {
   EXPECT_GT(from_row, 0);
 }
 
+// A penalised sampler draws from the summary of a row its penalties were applied to
+// (add_penalties, then penalise_rows where the row is) what it draws from the raw row, which it
+// penalises itself; from a summary of the raw row it draws nothing. Over sequences of draws
+// that accept their tokens (the presence and frequency terms grow) with a prompt.
+TEST(Sampler, PenalisedDrawsFromASummaryOfThePenalisedRow) {
+  int differ = 0, cases = 0, from_summary = 0, calls = 0;
+  over_rows_and_cuts(13, 2, {0.0f, 0.7f, 1.5f}, 3,
+                     [&](const std::vector<float>& l, int64_t V, const SamplingParams& base) {
+                       SamplingParams p = base;
+                       const int c = calls++;
+                       p.repetition_penalty = c % 3 == 2 ? 1.0f : 1.25f;
+                       p.presence_penalty = c % 2 ? 0.5f : 0.0f;
+                       p.frequency_penalty = c % 3 == 1 ? -0.3f : 0.4f;
+                       Sampler whole(p), summarised(p);
+                       std::vector<int32_t> prompt;
+                       for (int64_t t = 0; t < V; t += 3) prompt.push_back(static_cast<int32_t>(t));
+                       whole.set_prompt(prompt);
+                       summarised.set_prompt(prompt);
+                       const int64_t n = summarised.summary_entries();
+                       std::vector<int32_t> packed(static_cast<size_t>(summary_words(n)));
+                       std::vector<float> pen(l.size());
+                       for (int draw = 0; draw < 6; ++draw) {
+                         LogitsPenalties lp;
+                         summarised.add_penalties(lp, V);
+                         penalise_rows(Tensor(const_cast<float*>(l.data()), DType::f32, {1, V}),
+                                       lp, Tensor(pen.data(), DType::f32, {1, V}));
+                         summarise_row(pen.data(), V, summarised.summary_temperature(), n,
+                                       packed.data());
+                         const LogitsSummary sum = unpack_summary(packed.data(), n);
+                         EXPECT_FALSE(summarised.sample(sum, V, false));
+                         std::optional<int32_t> got = summarised.sample(sum, V, true);
+                         from_summary += got.has_value();
+                         if (!got) got = summarised.sample(l.data(), V);
+                         const int32_t want = whole.sample(l.data(), V);
+                         differ += *got != want;
+                         summarised.accept(*got);
+                         whole.accept(want);
+                         ++cases;
+                       }
+                     });
+  EXPECT_EQ(differ, 0) << "of " << cases << " draws";
+  EXPECT_GT(from_summary, cases / 2);
+}
+
+// penalise_rows: the listed tokens of each row, and only those, take the repetition transform
+// (divided above zero, multiplied at or below it) and then the subtraction; in place too.
+TEST(Sampler, PenaliseRowsChangesTheListedTokensOnly) {
+  std::vector<float> l = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 1.0f};
+  LogitsPenalties p;
+  p.open_row(2.0f);
+  p.token = {0, 1};
+  p.subtract = {0.0f, 0.25f};
+  p.close_row();
+  p.open_row(1.0f);
+  p.token.push_back(2);
+  p.subtract.push_back(1.0f);
+  p.close_row();
+  std::vector<float> out(6, -9.0f);
+  penalise_rows(Tensor(l.data(), DType::f32, {2, 3}), p, Tensor(out.data(), DType::f32, {2, 3}));
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -2.25f, 0.5f, 3.0f, -2.0f, 0.0f}));
+  penalise_rows(Tensor(l.data(), DType::f32, {2, 3}), p, Tensor(l.data(), DType::f32, {2, 3}));
+  EXPECT_EQ(l, out);
+}
+
 // The summary holds the largest entries in the row's order (larger first, the lower token
 // among equals), its maximum and both sums.
 TEST(Sampler, SummaryHoldsTheLargestEntriesInOrder) {

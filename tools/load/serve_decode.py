@@ -7,8 +7,9 @@
 
 Starts `BIN serve` with SERVE ARGS (for the GPU shapes: --device cuda --load-format dummy
 --config bench/configs/qwen3-8b.json --dtype bf16 --kv-cache-size 24GiB), then for each client
-count N sends N streaming chat completions at once (temperature 0, ignore_eos, each prompt
-different from the first word on, so no prefix is shared) and times every streamed chunk.
+count N sends N streaming chat completions at once (temperature 0 or --sampling, ignore_eos,
+each prompt different from the first word on, so no prefix is shared) and times every streamed
+chunk.
 Per N it prints the median time to first token, each stream's decode rate (its tokens after the
 first over the time from first to last), and the steady rate: the tokens all streams produced
 while every one of them was decoding (after the last first token, before the first last
@@ -36,10 +37,14 @@ def prompt_text(i, words, rng):
     return f"client {i}: " + " ".join(rng.choice(vocab) for _ in range(words))
 
 
+# Fields merged into every request (--sampling).
+SAMPLING = {"temperature": 0}
+
+
 def stream_one(port, model, text, max_tokens, out):
     """One streaming chat completion; fills out with chunk times and the usage."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}],
-                       "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                       "max_tokens": max_tokens, "ignore_eos": True, **SAMPLING,
                        "stream": True, "stream_options": {"include_usage": True}})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
     out["sent"] = time.monotonic()
@@ -109,8 +114,15 @@ def main():
     ap.add_argument("--log", default=os.devnull, help="where the server's output goes")
     ap.add_argument("--ready-timeout", type=float, default=900,
                     help="seconds to wait for the model to load")
+    ap.add_argument("--sampling", default="",
+                    help='JSON fields for every request instead of {"temperature": 0}, e.g. '
+                    'Qwen3-Coder\'s defaults: {"temperature": 0.7, "top_p": 0.8, "top_k": 20, '
+                    '"repetition_penalty": 1.05}')
     ap.add_argument("serve_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
+    if a.sampling:
+        SAMPLING.clear()
+        SAMPLING.update(json.loads(a.sampling))
     extra = a.serve_args[1:] if a.serve_args[:1] == ["--"] else a.serve_args
     counts = [int(x) for x in a.clients.split(",") if x]
     if not counts or min(counts) < 1:
@@ -128,7 +140,7 @@ def main():
             # capture, first-use allocations).
             words = max(1, int(a.prompt_tokens / 1.3))
             run_wave(a.port, model, 1, 16, 8, rng)
-            print(f"serve {' '.join(extra)}")
+            print(f"serve {' '.join(extra)}; requests {json.dumps(SAMPLING)}")
             print(f"{'clients':>7} {'prompt':>7} {'ttft s':>8} {'stream tok/s (min/median)':>26}"
                   f" {'steady tok/s':>13} {'per stream':>11}")
             for n in counts:

@@ -526,6 +526,10 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "logits_summary");
     cuda::logits_summary(logits, temperature, k, out);
   }
+  void penalise_rows(const Tensor& logits, const LogitsPenalties& penalties, Tensor out) override {
+    Timed timed(timer_, "penalise_rows");
+    cuda::penalise_rows(logits, penalties, out);
+  }
   void copy_slot(Tensor states, int64_t src, int64_t dst) override {
     check(src >= 0 && dst >= 0 && src < states.shape[0] && dst < states.shape[0],
           ErrorKind::internal, "copy_slot: slot out of range");

@@ -93,6 +93,7 @@ bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared
                       const ExpertWeights& experts);
 
 // sampling.cu
+void penalise_rows(const Tensor& logits, const LogitsPenalties& penalties, Tensor out);
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                     Tensor out);
 

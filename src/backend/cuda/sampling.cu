@@ -3,6 +3,8 @@
 // keys, so that only a few hundred bytes per row cross to the host. The sums come from float
 // exponentials (see below).
 #include <cfloat>
+#include <cstring>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -258,7 +260,58 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The penalised entries of row blockIdx.x (the row itself copied before): penalise_rows'
+// arithmetic, each operation rounded on its own (no fma), so the bits are the host's.
+__global__ void __launch_bounds__(256)
+    penalise_kernel(const float* x, int64_t ldx, float* out, int64_t ldo, const int64_t* offset,
+                    const int32_t* token, const float* subtract, const float* repetition) {
+  pdl_start();
+  const int64_t r = blockIdx.x;
+  const float rep = repetition[r];
+  for (int64_t i = offset[r] + threadIdx.x; i < offset[r + 1]; i += blockDim.x) {
+    const int32_t t = token[i];
+    const float l = x[r * ldx + t];
+    const float v = l > 0.0f ? __fdiv_rn(l, rep) : __fmul_rn(l, rep);
+    out[r * ldo + t] = __fsub_rn(v, subtract[i]);
+  }
+}
+
 }  // namespace
+
+void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out) {
+  const int64_t R = logits.shape[0], V = logits.shape[1];
+  const size_t n = p.token.size();
+  check(logits.dtype == DType::f32 && out.dtype == DType::f32 && out.shape[0] == R &&
+            out.shape[1] == V && p.rows() == R &&
+            static_cast<int64_t>(p.offset.size()) == R + 1 && p.subtract.size() == n &&
+            logits.data != out.data,
+        ErrorKind::internal, "penalise_rows: shapes");
+  for (const int32_t t : p.token) {
+    check(t >= 0 && t < V, ErrorKind::internal, "penalise_rows: a token past the vocabulary");
+  }
+  if (R == 0) return;
+  HIBANA_CUDA(cudaMemcpy2DAsync(out.data, ld(out) * sizeof(float), logits.data,
+                                ld(logits) * sizeof(float), V * sizeof(float), R,
+                                cudaMemcpyDeviceToDevice, stream()));
+  if (n == 0) return;
+  // One upload: the offsets, the tokens, the subtractions, the repetition penalties.
+  const size_t off_b = (R + 1) * sizeof(int64_t), tok_b = n * sizeof(int32_t),
+               sub_b = n * sizeof(float), rep_b = R * sizeof(float);
+  std::vector<char> host(off_b + tok_b + sub_b + rep_b);
+  std::memcpy(host.data(), p.offset.data(), off_b);
+  std::memcpy(host.data() + off_b, p.token.data(), tok_b);
+  std::memcpy(host.data() + off_b + tok_b, p.subtract.data(), sub_b);
+  std::memcpy(host.data() + off_b + tok_b + sub_b, p.repetition.data(), rep_b);
+  Scratch dev(host.size());
+  char* d = dev.as<char>();
+  HIBANA_CUDA(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream()));
+  launch_pdl(penalise_kernel, dim3(static_cast<unsigned>(R)), dim3(256), 0, logits.ptr<float>(),
+             ld(logits), out.ptr<float>(), ld(out), reinterpret_cast<const int64_t*>(d),
+             reinterpret_cast<const int32_t*>(d + off_b),
+             reinterpret_cast<const float*>(d + off_b + tok_b),
+             reinterpret_cast<const float*>(d + off_b + tok_b + sub_b));
+  launched("penalise_kernel");
+}
 
 void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                     Tensor out) {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 1` (build, op_chain's ring ways, every CUDA test, the
-# 80B's decode at batch 1 and 8), `2` (the tests with the remaining switches on, the 8192-token
-# prefill of both shapes with the new defaults against the old, the 8B's decode at every
-# batch), `3` (the 80B at batch 32 and 64, the attention split sweep), `4` (racecheck, Nsight
-# Compute of the tiled matmul both ways). Logs
+# 80B's decode at batch 1 and 8), `2` (the 8192-token prefill of both shapes with the new
+# defaults against the old, decode through the API with a repetition penalty, the 8B's decode at
+# every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
+# attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways). Logs
 # under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
@@ -37,17 +37,30 @@ call1() {
   BATCHES=1,8 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
 }
 
+# Decode through the HTTP API on the 8B with Qwen3-Coder's sampling defaults (a repetition
+# penalty: summaries of penalised rows since 3ae3d70) against greedy requests.
+serve_penalised() {
+  local sampling='{"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}'
+  for req in '{"temperature": 0}' "$sampling"; do
+    timeout 150 python3 tools/load/serve_decode.py --bin $B/hibana --clients 1,8 \
+      --prompt-tokens 2000 --max-tokens 128 --sampling "$req" --log "$OUT/serve_penalised.log" \
+      -- --device cuda --load-format dummy --config bench/configs/qwen3-8b.json --dtype bf16 \
+      --kv-cache-size 16GiB 2>&1 | tail -7
+  done
+}
+
 call2() {
   timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
-  KNOBS="HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_TILED_PRESPLIT=1" \
-    timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
   pf qwen3-next-80b-a3b fp8 "" "$OLD"
   pf qwen3-8b bf16 "" "$OLD"
+  serve_penalised
   BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-8b 2>&1 | tail -6
 }
 
 call3() {
   timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  KNOBS="HIBANA_CUDA_FUSED_MATMUL_NORM=1 HIBANA_CUDA_FUSED_MATMUL_CONV=1 HIBANA_CUDA_FUSED_COMBINE_NORM=1 HIBANA_CUDA_TILED_PRESPLIT=1" \
+    timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
   BATCHES=32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
   CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
     timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6

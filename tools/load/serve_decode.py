@@ -150,6 +150,13 @@ def main():
                     f"{'-':>13} {'-':>11}"
                 print(f"{n:7d} {prompt:7.0f} {ttft:8.3f} {per_text:>26} {steady_text}",
                       flush=True)
+            # How the tokens were drawn: from summaries of their logits rows, or rows fetched.
+            c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=30)
+            c.request("GET", "/metrics")
+            for line in c.getresponse().read().decode().splitlines():
+                if line.startswith(("hibana_summary_draws_total", "hibana_whole_row_fetches_total",
+                                    "hibana_generation_tokens_total")):
+                    print(line)
         finally:
             stop(server)
     return 0

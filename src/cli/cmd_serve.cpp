@@ -40,6 +40,7 @@ struct ServeArgs {
   std::string max_body_size = "64MiB";
   std::vector<std::string> cors_origins;
   std::vector<std::string> served_names;
+  std::string tokenizer;  // directory of the tokenizer, chat template and sampling defaults
   std::string kv_cache_size = "auto";
   int64_t max_seqs = 32;
   int64_t step_tokens = 512;
@@ -93,6 +94,9 @@ ServeSetup setup(const ServeArgs& a) {
   so.stored_responses.max_bytes = static_cast<size_t>(
       server::parse_byte_size(a.stored_responses_size, "--stored-responses-size"));
   check(a.port >= 0 && a.port <= 65535, ErrorKind::invalid_argument, "--port must be 0..65535");
+  check(a.model.load_format != "dummy" || !a.tokenizer.empty(), ErrorKind::invalid_argument,
+        "--load-format dummy has no tokenizer: give --tokenizer DIR (a model directory with "
+        "tokenizer.json, and tokenizer_config.json for chat)");
   if (!server::is_loopback_host(a.host) && a.api_keys.empty() && !a.insecure_no_auth) {
     throw Error(ErrorKind::invalid_argument,
                 "binding " + a.host +
@@ -146,7 +150,7 @@ int serve_http(const ServeArgs& a, const ServeSetup& setup,
   std::thread loader([&] {
     try {
       std::shared_ptr<const Model> model = load();
-      const std::string dir = model->source();
+      const std::string dir = a.tokenizer.empty() ? model->source() : a.tokenizer;
       auto engine = std::make_shared<Engine>(model, eo);
       std::vector<std::string> names = a.served_names;
       if (names.empty()) names.push_back(default_served_name(a.model.model, dir));
@@ -249,6 +253,10 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "allow browser requests from this origin ('*': any); repeatable (default: none)");
   cmd->add_option("--served-model-name", args->served_names,
                   "name(s) clients use for the model (default: the model directory's name)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "directory whose tokenizer.json, chat template (tokenizer_config.json) and "
+                  "sampling defaults (generation_config.json) to serve with (default: the "
+                  "model's; needed with --load-format dummy)");
   cmd->add_option("--kv-cache-size,--gpu-cache-size", args->kv_cache_size,
                   "device pool for the KV pages of running and cached sequences, e.g. 512MiB, "
                   "8GiB (default auto: on a GPU, its free memory once the model is loaded, less "

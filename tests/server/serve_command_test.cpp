@@ -310,6 +310,35 @@ TEST(ServeCommand, ReportsAModelThatFailsToLoad) {
   EXPECT_THAT(p.log(), HasSubstr("error: "));
 }
 
+// Dummy weights (a config's shapes, for benchmarks) come with no tokenizer: serve says to give
+// --tokenizer, and with one it serves chat from that directory's tokenizer and template.
+TEST(ServeCommand, DummyWeightsServeWithTheTokenizerGiven) {
+  const std::string config = tiny_model_dir() + "/config.json";
+  auto refused = run_hibana("serve --port 0 --load-format dummy --config " + config);
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_THAT(refused.err, HasSubstr("--tokenizer DIR"));
+  ServeProcess p({"--port", "0", "--load-format", "dummy", "--config", config, "--tokenizer",
+                  tiny_model_dir(), "--kv-cache-size", "64MiB", "--max-seqs", "2"});
+  const int port = p.port();
+  ASSERT_GT(port, 0) << p.log();
+  auto c = client(port);
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto r = c.Get("/health");
+        return r && r->status == 200;
+      },
+      std::chrono::seconds(30)))
+      << p.log();
+  auto chat = c.Post("/v1/chat/completions",
+                     user_chat("hi", {{"max_tokens", 4}, {"ignore_eos", true}}).dump(),
+                     "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(json::parse(chat->body)["usage"]["completion_tokens"], 4) << chat->body;
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.log();
+}
+
 TEST(ServeCommand, BadSizesAreRefused) {
   auto r = run_hibana("serve --port 0 --kv-cache-size lots");
   EXPECT_EQ(r.status, 2);

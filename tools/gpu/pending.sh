@@ -37,15 +37,19 @@ call1() {
   BATCHES=1,8 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
 }
 
-# Decode through the HTTP API on the 8B with Qwen3-Coder's sampling defaults (a repetition
-# penalty: summaries of penalised rows since 3ae3d70) against greedy requests.
+# Decode through the HTTP API on the 8B with Qwen3-Coder's sampling defaults, with and without
+# its repetition penalty (penalised rows drawn from summaries since 3ae3d70), served with
+# Qwen3-Coder's tokenizer, template and generation_config.json: .devdeps/qwen3-coder, made here by
+#   mkdir -p .devdeps/qwen3-coder && cp ../shared/assets/qwen3-tokenizer/tokenizer.json \
+#     ../shared/assets/models/Qwen3-Coder-30B-A3B-Instruct/{tokenizer,generation}_config.json \
+#     .devdeps/qwen3-coder/
 serve_penalised() {
-  local sampling='{"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}'
-  for req in '{"temperature": 0}' "$sampling"; do
+  for rp in 1.0 1.05; do
     timeout 150 python3 tools/load/serve_decode.py --bin $B/hibana --clients 1,8 \
-      --prompt-tokens 2000 --max-tokens 128 --sampling "$req" --log "$OUT/serve_penalised.log" \
+      --prompt-tokens 2000 --max-tokens 128 --log "$OUT/serve_penalised_$rp.log" \
+      --sampling "{\"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"repetition_penalty\": $rp}" \
       -- --device cuda --load-format dummy --config bench/configs/qwen3-8b.json --dtype bf16 \
-      --kv-cache-size 16GiB 2>&1 | tail -7
+      --kv-cache-size 16GiB --tokenizer .devdeps/qwen3-coder 2>&1 | tail -7
   done
 }
 
@@ -64,6 +68,15 @@ call3() {
   BATCHES=32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | tail -4
   CONFIGS=qwen3-next-80b-a3b:fp8 KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 \
     timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6
+}
+
+# The ring way again (its input and count once per op), the API with a repetition penalty, and
+# the cost of moving whole logits rows for comparison.
+call5() {
+  timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  timeout 100 tools/gpu/check.sh chain 2>&1 | grep -E 'bare|graph-early |persistent |ring|DIFFER|NaN' | head -12
+  serve_penalised
+  WHOLE=1 BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4
 }
 
 call4() {
@@ -89,5 +102,6 @@ case "${1:-}" in
   2) call2 ;;
   3) call3 ;;
   4) call4 ;;
-  *) echo "usage: $0 1|2|3|4" >&2; exit 2 ;;
+  5) call5 ;;
+  *) echo "usage: $0 1|2|3|4|5" >&2; exit 2 ;;
 esac

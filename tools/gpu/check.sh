@@ -313,6 +313,7 @@ stage_serve_decode() {
     timeout 500 python3 tools/load/serve_decode.py --bin $B/hibana --clients "$clients" \
       --prompt-tokens 4000 --max-tokens 256 --log "$OUT/serve_decode_$cfg.log" -- --device cuda \
       --load-format dummy --config bench/configs/$cfg.json --dtype "$dt" --kv-cache-size 16GiB \
+      --tokenizer "${TOKENIZER:-.devdeps/qwen3-coder}" \
       2>&1 | tee "$OUT/serve_decode_$cfg.txt"
     BATCHES=$clients bench_tagged bench $B/hibana "$cfg" "$dt"
   done

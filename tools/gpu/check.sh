@@ -308,6 +308,9 @@ stage_ab() {
 # what the server's own work (HTTP, scheduling, sampling, detokenising) costs a step.
 stage_serve_decode() {
   local clients=${CLIENTS:-1,8}
+  # (tools/gpu/pending.sh says how .devdeps/qwen3-coder is made; its tokenizer travels gzipped.)
+  [ -n "${TOKENIZER:-}" ] || [ -f .devdeps/qwen3-coder/tokenizer.json ] ||
+    gunzip -k .devdeps/qwen3-coder/tokenizer.json.gz
   configs | while read -r cfg dt; do
     echo "== $cfg $dt"
     timeout 500 python3 tools/load/serve_decode.py --bin $B/hibana --clients "$clients" \

@@ -42,8 +42,10 @@ call1() {
 # Qwen3-Coder's tokenizer, template and generation_config.json: .devdeps/qwen3-coder, made here by
 #   mkdir -p .devdeps/qwen3-coder && cp ../shared/assets/qwen3-tokenizer/tokenizer.json \
 #     ../shared/assets/models/Qwen3-Coder-30B-A3B-Instruct/{tokenizer,generation}_config.json \
-#     .devdeps/qwen3-coder/
+#     .devdeps/qwen3-coder/ && gzip -9 .devdeps/qwen3-coder/tokenizer.json
+# (gzipped: the tree sent to the device must stay under 64 MiB).
 serve_penalised() {
+  [ -f .devdeps/qwen3-coder/tokenizer.json ] || gunzip -k .devdeps/qwen3-coder/tokenizer.json.gz
   for rp in 1.0 1.05; do
     timeout 150 python3 tools/load/serve_decode.py --bin $B/hibana --clients 1,8 \
       --prompt-tokens 2000 --max-tokens 128 --log "$OUT/serve_penalised_$rp.log" \

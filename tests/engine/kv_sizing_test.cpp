@@ -47,7 +47,7 @@ TEST(KvSizing, AFullDeviceStillGetsTheMinimumAndSaysSo) {
 
 // An engine asked for 0 bytes sizes its pool: on the CPU the default, on a GPU from its free
 // memory (more than the default on any lab card, and the reserve is still free afterwards).
-TEST(KvSizing, AnEngineGivenZeroSizesItsPool) {
+TEST(KvSizing, AnEngineGivenZeroSizesItsPoolOnTheCpuAndOnCuda) {
   for (const char* backend : {"cpu", "cuda"}) {
     if (test::unavailable(backend)) continue;
     std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next", backend);

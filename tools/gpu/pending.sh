@@ -77,6 +77,7 @@ call3() {
 call5() {
   timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   timeout 100 tools/gpu/check.sh chain 2>&1 | grep -E 'bare|graph-early |persistent |ring|DIFFER|NaN' | head -12
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -12
   serve_penalised
   BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4
   WHOLE=1 BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4

@@ -150,6 +150,25 @@ TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {
 // top-k and top-p requests, with and without logprobs, in one batch, get the tokens and
 // logprobs of an engine that moves every whole row to the host. On the GPU the summaries come
 // from the CUDA kernel (float exponentials: logprobs within 1e-5).
+// The requests admitted as one batch (exact DeltaNet, up to 8 sequences) to an engine that draws
+// from summaries or moves every whole row; their outcomes, and the engine's metrics in *m.
+std::vector<Outcome> run_batch(const std::shared_ptr<const Model>& model, bool summaries,
+                               const std::vector<GenerationRequest>& requests, EngineMetrics* m) {
+  EngineOptions opt;
+  opt.gdn_mode = GdnMode::recurrent;
+  opt.max_sequences = 8;
+  opt.sample_from_summaries = summaries;
+  Engine engine(model, opt);
+  engine.hold_admission(true);  // one batch
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const GenerationRequest& r : requests) streams.push_back(engine.submit(r));
+  engine.hold_admission(false);
+  std::vector<Outcome> out;
+  for (auto& s : streams) out.push_back(collect(*s));
+  *m = engine.metrics();
+  return out;
+}
+
 class Summaries : public testing::TestWithParam<std::string> {};
 
 TEST_P(Summaries, GiveTheTokensAndLogprobsOfWholeRows) {
@@ -168,18 +187,10 @@ TEST_P(Summaries, GiveTheTokensAndLogprobsOfWholeRows) {
     return r;
   };
   auto run = [&](bool summaries) {
-    EngineOptions opt;
-    opt.gdn_mode = GdnMode::recurrent;
-    opt.max_sequences = 8;
-    opt.sample_from_summaries = summaries;
-    Engine engine(model, opt);
-    engine.hold_admission(true);  // one batch
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < 6; ++i) streams.push_back(engine.submit(request(i)));
-    engine.hold_admission(false);
-    std::vector<Outcome> out;
-    for (auto& s : streams) out.push_back(collect(*s));
-    const EngineMetrics m = engine.metrics();
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 6; ++i) requests.push_back(request(i));
+    EngineMetrics m;
+    std::vector<Outcome> out = run_batch(model, summaries, requests, &m);
     if (summaries) {
       EXPECT_GT(m.summary_draws, 40u);  // of 72 tokens
       EXPECT_GT(m.whole_row_fetches, 0u);  // the flat rows
@@ -233,18 +244,10 @@ TEST_P(Summaries, PenalisedRowsDrawFromSummariesWithTheTokensOfWholeRows) {
     return r;
   };
   auto run = [&](bool summaries, bool penalties) {
-    EngineOptions opt;
-    opt.gdn_mode = GdnMode::recurrent;
-    opt.max_sequences = 8;
-    opt.sample_from_summaries = summaries;
-    Engine engine(model, opt);
-    engine.hold_admission(true);  // one batch
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < kRequests; ++i) streams.push_back(engine.submit(request(i, penalties)));
-    engine.hold_admission(false);
-    std::vector<Outcome> out;
-    for (auto& s : streams) out.push_back(collect(*s));
-    const EngineMetrics m = engine.metrics();
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < kRequests; ++i) requests.push_back(request(i, penalties));
+    EngineMetrics m;
+    std::vector<Outcome> out = run_batch(model, summaries, requests, &m);
     if (summaries) {
       EXPECT_GT(m.summary_draws, 60u);         // of 144 tokens: requests 0-3 (96) mostly
       EXPECT_GE(m.whole_row_fetches, 48u);     // requests 4 and 5, every token

@@ -101,18 +101,22 @@ httplib::Client client(int port) {
   return c;
 }
 
+// True once the server's /health answers 200 (the model is loaded), within `limit`.
+bool healthy(httplib::Client& c, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  return eventually(
+      [&] {
+        auto r = c.Get("/health");
+        return r && r->status == 200;
+      },
+      limit);
+}
+
 TEST(ServeCommand, ServesTheEmbeddedModelAndStopsOnSigterm) {
   ServeProcess p({"--port", "0", "--max-seqs", "4", "--kv-cache-size", "64MiB"});
   const int port = p.port();
   ASSERT_GT(port, 0) << p.log();
   auto c = client(port);
-  ASSERT_TRUE(eventually(
-      [&] {
-        auto r = c.Get("/health");
-        return r && r->status == 200;
-      },
-      std::chrono::seconds(30)))
-      << p.log();
+  ASSERT_TRUE(healthy(c)) << p.log();
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "hibana-tiny");
@@ -159,12 +163,7 @@ TEST(ServeCommand, ApiKeyFromTheEnvironmentAndServedName) {
   const int port = p.port();
   ASSERT_GT(port, 0) << p.log();
   auto c = client(port);
-  ASSERT_TRUE(eventually(
-      [&] {
-        auto r = c.Get("/health");
-        return r && r->status == 200;
-      },
-      std::chrono::seconds(30)));
+  ASSERT_TRUE(healthy(c));
   auto refused = c.Get("/v1/models");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 401);
@@ -191,13 +190,7 @@ TEST(ServeCommand, ServesAHubModelByName) {
   const int port = p.port();
   ASSERT_GT(port, 0) << p.log();
   auto c = client(port);
-  ASSERT_TRUE(eventually(
-      [&] {
-        auto r = c.Get("/health");
-        return r && r->status == 200;
-      },
-      std::chrono::seconds(30)))
-      << p.log();
+  ASSERT_TRUE(healthy(c)) << p.log();
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "test-org/tiny");
@@ -250,12 +243,7 @@ TEST(ServeCommand, KillNineWhileSpillingNeverRestoresWrongState) {
   };
   auto ready = [](int port) {
     auto c = client(port);
-    return eventually(
-        [&] {
-          auto r = c.Get("/health");
-          return r && r->status == 200;
-        },
-        std::chrono::seconds(60));
+    return healthy(c, std::chrono::seconds(60));
   };
   for (int round = 0; round < 4; ++round) {
     ServeProcess p(args({"--cache-dir", cache.path()}));
@@ -322,13 +310,7 @@ TEST(ServeCommand, DummyWeightsServeWithTheTokenizerGiven) {
   const int port = p.port();
   ASSERT_GT(port, 0) << p.log();
   auto c = client(port);
-  ASSERT_TRUE(eventually(
-      [&] {
-        auto r = c.Get("/health");
-        return r && r->status == 200;
-      },
-      std::chrono::seconds(30)))
-      << p.log();
+  ASSERT_TRUE(healthy(c)) << p.log();
   auto chat = c.Post("/v1/chat/completions",
                      user_chat("hi", {{"max_tokens", 4}, {"ignore_eos", true}}).dump(),
                      "application/json");

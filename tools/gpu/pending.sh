@@ -83,22 +83,43 @@ call5() {
   WHOLE=1 BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4
 }
 
+# ncu_stalls NAME REGEX CMD...: Nsight Compute's full sections for the first kernel whose
+# demangled name matches REGEX after 20 such launches (the name base is the demangled name:
+# "tiled_kernel" alone also names attention's tiled kernel), its headline figures and stall
+# reasons.
+ncu_stalls() {
+  local name=$1 regex=$2
+  shift 2
+  local r=$OUT/$name
+  timeout 80 ncu --set full --kernel-name-base demangled -k "regex:$regex" --launch-skip ${SKIP:-20} \
+    --launch-count 1 -o $r "$@" >$r.log 2>&1
+  ncu --import $r.ncu-rep --page details >$r.details.txt 2>&1
+  ncu --import $r.ncu-rep --page source --print-source sass --csv >$r.csv 2>&1
+  echo "== $name: $(grep -m1 -E '^  [a-z].*\(' $r.details.txt | cut -c1-100)"
+  grep -E "^ +(Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Registers Per Thread) " $r.details.txt
+  python3 tools/gpu/ncu_source.py $r.csv --top 10 >$r.txt 2>&1
+  sed -n '/^stall/,/^regions/p' $r.txt | head -16
+}
+
+# racecheck, one test group at a time (together they did not finish in 200 s); the matmul's
+# tiled kernel both ways; op_chain's ring kernel (why it runs at 20% of copy bandwidth).
 call4() {
   timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
-    --gtest_filter='CudaTiledMatmul.Presplit*:CudaGdn.Chunked*' --gtest_brief=1 2>&1 | tail -3
-  for v in HIBANA_CUDA_TILED_PRESPLIT=0 ""; do
-    local r=$OUT/tiled_$(echo "${v:-default}" | tr -c a-zA-Z0-9 _)
-    env $v timeout 80 ncu --set full -k regex:tiled_kernel --launch-skip 20 --launch-count 1 \
-      -o $r $B/hibana bench prefill --device cuda --load-format dummy \
-      --config bench/configs/qwen3-8b.json --dtype bf16 --prompt-tokens 4096 >$r.log 2>&1
-    ncu --import $r.ncu-rep --page details >$r.details.txt 2>&1
-    ncu --import $r.ncu-rep --page source --print-source sass --csv >$r.csv 2>&1
-    echo "== tiled_kernel ${v:-default}"
-    grep -E "^ +(Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Registers Per Thread) " $r.details.txt
-    python3 tools/gpu/ncu_source.py $r.csv --top 10 >$r.txt 2>&1
-    sed -n '/^stall/,/^regions/p' $r.txt | head -16
+  for f in 'CudaGdn.Chunked*' 'CudaTiledMatmul.Presplit*'; do
+    timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
+      --gtest_filter="$f" --gtest_brief=1 >"$OUT/racecheck.log" 2>&1
+    echo "racecheck $f: rc=$? $(tail -1 "$OUT/racecheck.log")"
   done
+  for v in HIBANA_CUDA_TILED_PRESPLIT=0 ""; do
+    (
+      [ -z "$v" ] || export "$v"
+      ncu_stalls "tiled_$(echo "${v:-default}" | tr -c a-zA-Z0-9 _)" 'mm::.*tiled_kernel' \
+        $B/hibana bench prefill --device cuda --load-format dummy \
+        --config bench/configs/qwen3-8b.json --dtype bf16 --prompt-tokens 4096
+    )
+  done
+  nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
+    (export NO_L2=1 SKIP=2; ncu_stalls ring 'ring_kernel<false>' $B/op_chain)
 }
 
 case "${1:-}" in

@@ -118,7 +118,12 @@ call4() {
         --config bench/configs/qwen3-8b.json --dtype bf16 --prompt-tokens 4096
     )
   done
-  nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
+  ring_profile
+}
+
+# op_chain's ring kernel under Nsight Compute (no engine build needed).
+ring_profile() {
+  mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
     (export NO_L2=1 SKIP=2; ncu_stalls ring 'ring_kernel<false>' $B/op_chain)
 }
 
@@ -128,5 +133,6 @@ case "${1:-}" in
   3) call3 ;;
   4) call4 ;;
   5) call5 ;;
-  *) echo "usage: $0 1|2|3|4|5" >&2; exit 2 ;;
+  ring) ring_profile ;;
+  *) echo "usage: $0 1|2|3|4|5|ring" >&2; exit 2 ;;
 esac

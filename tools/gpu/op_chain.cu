@@ -136,12 +136,17 @@ __device__ __forceinline__ void compute_tile(const Op& op, int tile, const uint4
     const int off = (j * 32 + lane) * 16;
     const int r = off / row_bytes, k0 = (off % row_bytes) / 2;
     const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w[j]);
+    // The lane's 8 inputs as two 16-byte loads (k0 is a multiple of 8): lanes 8 floats apart
+    // read one word each 8-way bank-conflicted, a float4 each 2-way.
+    const float4 xa = *reinterpret_cast<const float4*>(xs + k0);
+    const float4 xb = *reinterpret_cast<const float4*>(xs + k0 + 4);
+    const float x8[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float2 f = __bfloat1622float2(v[e]);
-      s = fmaf(f.x, xs[k0 + 2 * e], s);
-      s = fmaf(f.y, xs[k0 + 2 * e + 1], s);
+      s = fmaf(f.x, x8[2 * e], s);
+      s = fmaf(f.y, x8[2 * e + 1], s);
     }
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
@@ -176,7 +181,7 @@ __device__ __forceinline__ void norm_op(const Op& op, const float* xs) {
 // waited: every op before this one is done.
 __global__ void __launch_bounds__(kThreads)
     op_kernel(Op op, bool early, unsigned* progress, unsigned index) {
-  __shared__ float xs[kMaxK];
+  __shared__ __align__(16) float xs[kMaxK];
   uint4 w[kLaneChunks];
   if (!op.norm) load_tile(op, blockIdx.x, w);  // weights are constants: before the wait
   if (early) pdl_trigger();
@@ -197,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
 // runs: run `epoch` (1, 2, ...) waits for done[i - 1] >= epoch * tiles(i - 1).
 __global__ void __launch_bounds__(kThreads)
     chain_kernel(const Op* ops, int n_ops, unsigned* done, unsigned epoch, bool late) {
-  __shared__ float xs[kMaxK];
+  __shared__ __align__(16) float xs[kMaxK];
   for (int i = 0; i < n_ops; ++i) {
     const Op op = ops[i];
     for (int tile = blockIdx.x; tile < op.tiles; tile += gridDim.x) {

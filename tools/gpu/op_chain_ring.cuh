@@ -88,7 +88,7 @@ template <bool kRouted>
 __global__ void __launch_bounds__(kThreads)
     ring_kernel(const Op* ops, int n_ops, unsigned* done, unsigned epoch) {
   extern __shared__ __align__(16) char ring[];
-  __shared__ float xs[kMaxK];
+  __shared__ __align__(16) float xs[kMaxK];
   __shared__ int ready;
   RingCursor load, use;
   load.advance(ops, n_ops);

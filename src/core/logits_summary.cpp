@@ -81,21 +81,28 @@ void summarise_rows(const Tensor& logits, const std::vector<float>& temperature,
   }
 }
 
-void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out) {
+void check_penalties(const Tensor& logits, const LogitsPenalties& p, const Tensor& out) {
   const int64_t R = logits.shape[0], V = logits.shape[1];
   check(logits.dtype == DType::f32 && out.dtype == DType::f32 && out.shape[0] == R &&
             out.shape[1] == V && p.rows() == R &&
             static_cast<int64_t>(p.offset.size()) == R + 1 &&
             p.token.size() == p.subtract.size(),
         ErrorKind::internal, "penalise_rows: shapes");
-  for (int64_t r = 0; r < R; ++r) {
+  for (const int32_t t : p.token) {
+    check(t >= 0 && t < V, ErrorKind::internal, "penalise_rows: a token past the vocabulary");
+  }
+}
+
+void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out) {
+  check_penalties(logits, p, out);
+  const int64_t V = logits.shape[1];
+  for (int64_t r = 0; r < logits.shape[0]; ++r) {
     const float* src = logits.row<float>(r);
     float* dst = out.row<float>(r);
     if (dst != src) std::memcpy(dst, src, static_cast<size_t>(V) * sizeof(float));
     for (int64_t i = p.offset[r]; i < p.offset[r + 1]; ++i) {
-      const int32_t t = p.token[static_cast<size_t>(i)];
-      check(t >= 0 && t < V, ErrorKind::internal, "penalise_rows: a token past the vocabulary");
-      dst[t] = penalised_logit(src[t], p.repetition[r], p.subtract[static_cast<size_t>(i)]);
+      const size_t e = static_cast<size_t>(i);
+      dst[p.token[e]] = penalised_logit(src[p.token[e]], p.repetition[r], p.subtract[e]);
     }
   }
 }

@@ -56,6 +56,9 @@ inline float penalised_logit(float l, float repetition, float subtract) {
 
 // out = logits with the penalties of each row applied (host f32 rows [R, V]; out may be logits).
 void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out);
+// What every backend's penalise_rows checks first: f32 rows of one shape, a row of penalties per
+// logits row, every token below the vocabulary. Throws Error(internal).
+void check_penalties(const Tensor& logits, const LogitsPenalties& p, const Tensor& out);
 
 // `temperature` < 0: no sums; 0: sum1 only; > 0: both (sumt at 1 / temperature, in double).
 void summarise_row(const float* row, int64_t vocab, float temperature, int64_t k, int32_t* out);

@@ -458,11 +458,9 @@ bool Engine::step() {
   if (options_.sample_from_summaries) {
     std::vector<DrawRow> rows;
     for (const Planned& p : plan) {
-      if (p.wants_logits) {
-        rows.push_back({&p.seq->request, p.seq->sampler.get(), model_->config().vocab_size});
-      }
+      if (p.wants_logits) rows.push_back({&p.seq->request, p.seq->sampler.get()});
     }
-    ask_summaries(rows, fo);
+    ask_summaries(rows, model_->config().vocab_size, fo);
   }
   ForwardOutput out;
   try {

@@ -22,12 +22,13 @@ KvSizing auto_kv_cache_bytes(const Backend::MemoryInfo& memory, bool unified,
   }
   constexpr int64_t kMinimum = int64_t(256) << 20;
   const int64_t reserve = std::max<int64_t>(int64_t(2) << 30, memory.total / 10);
-  int64_t usable = memory.free - reserve - std::max<int64_t>(0, other_state_bytes);
+  const int64_t state = std::max<int64_t>(0, other_state_bytes);
+  int64_t usable = memory.free - reserve - state;
   if (unified) usable /= 2;
   KvSizing s;
   s.bytes = std::max(kMinimum, usable);
   s.why = gib(memory.free) + " free of " + gib(memory.total) + ", less " + gib(reserve) +
-          " kept for activations and " + gib(std::max<int64_t>(0, other_state_bytes)) +
+          " kept for activations and " + gib(state) +
           " of recurrent state" + (unified ? ", halved (memory shared with the host)" : "") +
           (usable < kMinimum ? "; too little is free, so the minimum of 256 MiB" : "");
   return s;

@@ -44,10 +44,6 @@ bool logprobs_from_summary(const LogitsSummary& sum, int32_t top, StreamEvent& e
   return true;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether a row's token (and logprobs) can come from its summary: not with a logit bias or a
 // logits processor (they change the row on the host), nor with logprobs of a penalised row
 // (they are of the raw row, the summary of the penalised one).
@@ -57,7 +53,7 @@ bool summary_serves(const GenerationRequest& r, const Sampler& sampler) {
 
 }  // namespace
 
-void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo) {
+void ask_summaries(const std::vector<DrawRow>& rows, int64_t vocab, ForwardOptions& fo) {
   int64_t k = 1;
   std::vector<float> temperature;
   LogitsPenalties penalties;
@@ -82,7 +78,7 @@ void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo) {
     temperature.push_back(t);
     served = true;
     penalised = penalised || sampler.penalised();
-    sampler.add_penalties(penalties, row.vocab);
+    sampler.add_penalties(penalties, vocab);
   }
   if (!served) return;
   fo.summary_k = k;

@@ -13,18 +13,18 @@
 
 namespace hibana {
 
-// A row of the step that wants logits: its request and sampler, and the model's vocabulary.
+// A row of the step that wants logits: its request and sampler.
 struct DrawRow {
   const GenerationRequest* request;
   const Sampler* sampler;
-  int64_t vocab;
 };
 
 // Sets fo to return summaries of the rows (with the samplers' penalties applied before, where
 // the rows are) when at least one row can be drawn from its summary and none wants more than 64
 // top logprobs. A row with a logit bias or a logits processor (constraints), or a penalised
 // one that wants logprobs, is fetched whole by draw_token instead. Otherwise leaves fo.
-void ask_summaries(const std::vector<DrawRow>& rows, ForwardOptions& fo);
+// `vocab`: the model's vocabulary (the penalties' tokens stay below it).
+void ask_summaries(const std::vector<DrawRow>& rows, int64_t vocab, ForwardOptions& fo);
 
 struct DrawCounts {
   std::atomic<uint64_t> summary{0};  // tokens drawn from a summary

@@ -243,7 +243,8 @@ float Sampler::summary_temperature() const {
 // draw() on the summary's entries (the row's largest, in its order): every cut and the walk
 // reach only a prefix of the descending order, and the normaliser is the summary's sum. When
 // they would reach past the entries held, nothing is drawn.
-std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab, bool penalties_applied) {
+std::optional<int32_t> Sampler::sample(const LogitsSummary& s, int64_t vocab,
+                                       bool penalties_applied) {
   const SamplingParams& p = params_;
   if ((penalised() && !penalties_applied) || s.id.empty()) return std::nullopt;
   if (p.greedy()) return s.id[0];

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -58,6 +59,20 @@ HubPullOptions options(const FakeHub& hub, const test::TempDir& cache) {
   o.token = "";
   o.retries = 2;
   return o;
+}
+
+// hub_pull(o) fails with an Error whose message holds `text` (and of `kind`, when given).
+void expect_pull_error(const HubPullOptions& o, std::optional<ErrorKind> kind,
+                       const std::string& text) {
+  try {
+    hub_pull(o);
+    FAIL() << "no error; wanted one saying " << text;
+  } catch (const Error& e) {
+    if (kind) {
+      EXPECT_EQ(e.kind(), *kind) << e.what();
+    }
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
 }
 
 fs::path repo_dir(const test::TempDir& cache) {
@@ -245,23 +260,10 @@ TEST_F(HubPull, UnknownModelsAndRevisionsAreNamed) {
   FakeHub hub(kRepo, model_files());
   HubPullOptions o = options(hub, cache_);
   o.repo = "acme/other";
-  try {
-    hub_pull(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::not_found);
-    EXPECT_NE(std::string(e.what()).find("acme/other: no such model"), std::string::npos)
-        << e.what();
-  }
+  expect_pull_error(o, ErrorKind::not_found, "acme/other: no such model");
   o = options(hub, cache_);
   o.revision = "v9";
-  try {
-    hub_pull(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::not_found);
-    EXPECT_NE(std::string(e.what()).find("no such revision"), std::string::npos) << e.what();
-  }
+  expect_pull_error(o, ErrorKind::not_found, "no such revision");
 }
 
 TEST_F(HubPull, APinnedCommitWritesNoRef) {
@@ -288,13 +290,7 @@ TEST_F(HubPull, TheConfigIsCheckedBeforeTheWeightsMove) {
 
 TEST_F(HubPull, RepositoriesWithoutAConfigOrSafetensorsAreRefusedUpFront) {
   FakeHub gguf(kRepo, {{"config.json", "{}", false}, {"model-q4.gguf", "GGUF", true}});
-  try {
-    hub_pull(options(gguf, cache_));
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(std::string(e.what()).find("model-q4.gguf"), std::string::npos) << e.what();
-  }
+  expect_pull_error(options(gguf, cache_), ErrorKind::unsupported, "model-q4.gguf");
   EXPECT_EQ(gguf.seen().size(), 1u);  // the listing only
   FakeHub no_config(kRepo, {{"model.safetensors", "x", true}});
   EXPECT_THROW(hub_pull(options(no_config, cache_)), Error);
@@ -328,20 +324,9 @@ TEST_F(HubPull, BadInputFailsWithoutTheNetwork) {
     }
   }
   o.repo = kRepo;
-  try {
-    hub_pull(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::io);
-    EXPECT_NE(std::string(e.what()).find("cannot reach"), std::string::npos) << e.what();
-  }
+  expect_pull_error(o, ErrorKind::io, "cannot reach");
   test::ScopedEnv offline("HF_HUB_OFFLINE", "1");
-  try {
-    hub_pull(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("HF_HUB_OFFLINE"), std::string::npos) << e.what();
-  }
+  expect_pull_error(o, std::nullopt, "HF_HUB_OFFLINE");
 }
 
 }  // namespace

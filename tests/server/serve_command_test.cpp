@@ -64,6 +64,11 @@ class ServeProcess {
     s << in.rdbuf();
     return s.str();
   }
+  // True once the log says the model is served ("ready: serving"), within 30 s.
+  bool ready() const {
+    return eventually([&] { return log().find("ready: serving") != std::string::npos; },
+                      std::chrono::seconds(30));
+  }
   // The port from "listening on http://HOST:PORT", once logged.
   int port() const {
     int port = 0;
@@ -134,9 +139,7 @@ TEST(ServeCommand, AKvCacheShorterThanTheContextIsSaidAtStart) {
   // 2 MiB of the embedded model's KV pages hold 640 tokens of its 65536.
   ServeProcess p({"--port", "0", "--kv-cache-size", "2MiB"});
   ASSERT_GT(p.port(), 0) << p.log();
-  ASSERT_TRUE(eventually([&] { return p.log().find("ready: serving") != std::string::npos; },
-                         std::chrono::seconds(30)))
-      << p.log();
+  ASSERT_TRUE(p.ready()) << p.log();
   EXPECT_THAT(p.log(), HasSubstr("the KV cache holds 640 tokens, fewer than the model's context "
                                  "of 65536"));
   EXPECT_THAT(p.log(), HasSubstr("--kv-cache-size 0.2GiB holds one whole context"));
@@ -147,9 +150,7 @@ TEST(ServeCommand, AKvCacheShorterThanTheContextIsSaidAtStart) {
 TEST(ServeCommand, TheKvCacheIsSizedByDefaultAndTheLogSaysHow) {
   ServeProcess p({"--port", "0", "--max-seqs", "4"});
   ASSERT_GT(p.port(), 0) << p.log();
-  ASSERT_TRUE(eventually([&] { return p.log().find("ready: serving") != std::string::npos; },
-                         std::chrono::seconds(30)))
-      << p.log();
+  ASSERT_TRUE(p.ready()) << p.log();
   // On the CPU the default size; on a GPU its free memory less the reserve.
   EXPECT_THAT(p.log(), HasSubstr("engine: KV cache sized to "));
   EXPECT_THAT(p.log(), HasSubstr("--kv-cache-size sets it"));

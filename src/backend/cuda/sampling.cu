@@ -279,16 +279,10 @@ __global__ void __launch_bounds__(256)
 }  // namespace
 
 void penalise_rows(const Tensor& logits, const LogitsPenalties& p, Tensor out) {
+  check_penalties(logits, p, out);
+  check(logits.data != out.data, ErrorKind::internal, "penalise_rows: in place on the GPU");
   const int64_t R = logits.shape[0], V = logits.shape[1];
   const size_t n = p.token.size();
-  check(logits.dtype == DType::f32 && out.dtype == DType::f32 && out.shape[0] == R &&
-            out.shape[1] == V && p.rows() == R &&
-            static_cast<int64_t>(p.offset.size()) == R + 1 && p.subtract.size() == n &&
-            logits.data != out.data,
-        ErrorKind::internal, "penalise_rows: shapes");
-  for (const int32_t t : p.token) {
-    check(t >= 0 && t < V, ErrorKind::internal, "penalise_rows: a token past the vocabulary");
-  }
   if (R == 0) return;
   HIBANA_CUDA(cudaMemcpy2DAsync(out.data, ld(out) * sizeof(float), logits.data,
                                 ld(logits) * sizeof(float), V * sizeof(float), R,

@@ -67,11 +67,9 @@ class ProgressPrinter {
 
 int pull(const PullArgs& a) {
   HubPullOptions o;
-  o.repo = a.model;
-  if (auto at = a.model.find('@'); at != std::string::npos) {
-    o.repo = a.model.substr(0, at);
-    o.revision = a.model.substr(at + 1);
-  }
+  HubRef ref = parse_hub_ref(a.model);
+  o.repo = std::move(ref.repo);
+  o.revision = std::move(ref.revision);
   if (!a.revision.empty()) o.revision = a.revision;
   o.include = a.include;
   o.cache_dir = a.cache_dir;

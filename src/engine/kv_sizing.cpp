@@ -1,16 +1,15 @@
 #include "engine/kv_sizing.h"
 
 #include <algorithm>
-#include <cstdio>
+
+#include "core/byte_text.h"
 
 namespace hibana {
 
 namespace {
 
-std::string gib(int64_t bytes) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(bytes) / 1073741824.0);
-  return s;
+std::string size_text(int64_t bytes) {
+  return byte_text(static_cast<double>(bytes));
 }
 
 }  // namespace
@@ -27,8 +26,8 @@ KvSizing auto_kv_cache_bytes(const Backend::MemoryInfo& memory, bool unified,
   if (unified) usable /= 2;
   KvSizing s;
   s.bytes = std::max(kMinimum, usable);
-  s.why = gib(memory.free) + " free of " + gib(memory.total) + ", less " + gib(reserve) +
-          " kept for activations and " + gib(state) +
+  s.why = size_text(memory.free) + " free of " + size_text(memory.total) + ", less " +
+          size_text(reserve) + " kept for activations and " + size_text(state) +
           " of recurrent state" + (unified ? ", halved (memory shared with the host)" : "") +
           (usable < kMinimum ? "; too little is free, so the minimum of 256 MiB" : "");
   return s;

@@ -21,11 +21,7 @@ std::string resolve_model_dir(const std::string& model) {
     throw Error(ErrorKind::invalid_argument, model + ": is a file; give the model's directory");
   }
   // ORG/NAME[@REVISION] in the hub cache.
-  std::string repo = model, revision = "main";
-  if (auto at = model.find('@'); at != std::string::npos) {
-    repo = model.substr(0, at);
-    revision = model.substr(at + 1);
-  }
+  const auto [repo, revision] = parse_hub_ref(model);
   size_t slash = repo.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == repo.size() ||
       repo.find('/', slash + 1) != std::string::npos || model.front() == '.' ||

@@ -27,8 +27,6 @@ Digest::Digest(Kind kind, uint64_t size) : s_(std::make_unique<State>()) {
 }
 
 Digest::~Digest() = default;
-Digest::Digest(Digest&&) noexcept = default;
-Digest& Digest::operator=(Digest&&) noexcept = default;
 
 void Digest::update(const void* data, size_t n) {
   if (n != 0 && EVP_DigestUpdate(s_->ctx, data, n) != 1) {

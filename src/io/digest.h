@@ -15,8 +15,6 @@ class Digest {
   // git_blob_sha1 needs the content's size up front (git hashes a header before the bytes).
   Digest(Kind kind, uint64_t size = 0);
   ~Digest();
-  Digest(Digest&&) noexcept;
-  Digest& operator=(Digest&&) noexcept;
 
   void update(const void* data, size_t n);
   std::string hex();  // lower-case hex of the digest; ends the hash

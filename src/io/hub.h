@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_text.h"  // byte_text, which pull and ls print sizes with
+
 namespace hibana {
 
 // Where downloads go: $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
@@ -20,6 +22,12 @@ std::string hub_cache_dir();
 std::string hub_repo_folder(const std::string& repo);
 // The commit a refs/REVISION file names, surrounding whitespace dropped; empty without one.
 std::string hub_read_ref(const std::string& ref_file);
+// "ORG/NAME@REVISION" split at its '@' ({model, "main"} without one); nothing is checked.
+struct HubRef {
+  std::string repo;
+  std::string revision = "main";
+};
+HubRef parse_hub_ref(const std::string& model);
 // Every place a model named ORG/NAME may be found, hub_cache_dir() first.
 std::vector<std::string> hub_cache_roots();
 // $HF_ENDPOINT (trailing '/' removed) or https://huggingface.co.
@@ -78,14 +86,10 @@ struct HubCachedModel {
   std::string dir;                // .../models--ORG--NAME
   std::string snapshot;           // the snapshot refs/main names (else the only one; else empty)
   std::vector<std::string> refs;  // revisions with a ref
-  size_t snapshots = 0;
   uint64_t bytes = 0;    // of its blobs
   bool partial = false;  // an unfinished download (.incomplete blobs) is there
 };
 std::vector<HubCachedModel> hub_cached_models();
-
-// "43.1 MiB", "15.3 GiB": sizes in pull and ls messages.
-std::string byte_text(double bytes);
 
 // Whether `path` is one of the files a pull fetches by default.
 bool hub_default_file(const std::string& path);

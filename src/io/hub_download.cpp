@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "io/digest.h"
 #include "io/http_client.h"
+#include "io/mapped_file.h"
 
 namespace hibana {
 
@@ -501,17 +502,13 @@ HubPullResult hub_pull(const HubPullOptions& o) {
     o.started(pr, p.commit);
   }
 
-  for (const auto& f : result.files) {  // config.json alone first
-    if (f.path != "config.json") continue;
-    p.fetch(http, f);
-    if (o.check_config) {
-      std::ifstream in(p.blob_path(f));
-      o.check_config(
-          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-    }
-  }
   std::mutex qmu;
   size_t next = 0;
+  if (const HubFile& f = result.files.front(); f.path == "config.json") {  // alone, first
+    p.fetch(http, f);
+    if (o.check_config) o.check_config(read_text_file(p.blob_path(f).string()));
+    next = 1;
+  }
   std::exception_ptr failure;
   auto worker = [&] {
     try {
@@ -520,7 +517,6 @@ HubPullResult hub_pull(const HubPullOptions& o) {
         const HubFile* f = nullptr;
         {
           std::lock_guard<std::mutex> lock(qmu);
-          while (next < result.files.size() && result.files[next].path == "config.json") ++next;
           if (next == result.files.size() || p.stop) return;
           f = &result.files[next++];
         }

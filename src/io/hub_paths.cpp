@@ -80,16 +80,10 @@ std::string hub_read_ref(const std::string& ref_file) {
   return read_trimmed(ref_file);
 }
 
-std::string byte_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
+HubRef parse_hub_ref(const std::string& model) {
+  const size_t at = model.find('@');
+  if (at == std::string::npos) return {model};
+  return {model.substr(0, at), model.substr(at + 1)};
 }
 
 bool hub_default_file(const std::string& path) {
@@ -128,7 +122,6 @@ std::vector<HubCachedModel> hub_cached_models() {
       for (const auto& sd : fs::directory_iterator(e.path() / "snapshots", ec)) {
         if (sd.is_directory(ec)) snaps.push_back(sd.path().filename().string());
       }
-      m.snapshots = snaps.size();
       for (const auto& r : fs::recursive_directory_iterator(e.path() / "refs", ec)) {
         if (!r.is_regular_file(ec)) continue;
         const std::string ref = r.path().lexically_relative(e.path() / "refs").string();

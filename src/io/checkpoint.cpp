@@ -35,20 +35,7 @@ std::string resolve_model_dir(const std::string& model) {
     fs::path base = fs::path(root) / folder;
     looked.push_back(base.string());
     if (!fs::is_directory(base, ec)) continue;
-    std::string snapshot = revision;
-    if (fs::path ref = base / "refs" / revision; fs::is_regular_file(ref, ec)) {
-      snapshot = hub_read_ref(ref.string());
-    }
-    fs::path snap = base / "snapshots" / snapshot;
-    if (fs::is_directory(snap, ec)) return snap.string();
-    // No ref for this revision: accept a single snapshot if there is exactly one.
-    std::vector<fs::path> snaps;
-    if (fs::is_directory(base / "snapshots", ec)) {
-      for (auto& e : fs::directory_iterator(base / "snapshots", ec)) {
-        if (e.is_directory()) snaps.push_back(e.path());
-      }
-    }
-    if (revision == "main" && snaps.size() == 1) return snaps[0].string();
+    if (std::string snap = hub_snapshot_dir(base.string(), revision); !snap.empty()) return snap;
     throw Error(ErrorKind::not_found, model + ": found " + base.string() +
                                           " in the hub cache but no snapshot for revision '" +
                                           revision + "'");

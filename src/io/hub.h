@@ -28,6 +28,10 @@ struct HubRef {
   std::string revision = "main";
 };
 HubRef parse_hub_ref(const std::string& model);
+// The snapshot folder REVISION names in a repo folder (.../models--ORG--NAME): the commit its
+// refs/REVISION file names, else REVISION itself as a commit; for "main" with neither, the only
+// snapshot there is. Empty when none is. --model and `hibana ls` both choose by it.
+std::string hub_snapshot_dir(const std::string& repo_dir, const std::string& revision);
 // Every place a model named ORG/NAME may be found, hub_cache_dir() first.
 std::vector<std::string> hub_cache_roots();
 // $HF_ENDPOINT (trailing '/' removed) or https://huggingface.co.
@@ -84,7 +88,7 @@ HubPullResult hub_pull(const HubPullOptions& options);
 struct HubCachedModel {
   std::string repo;               // ORG/NAME
   std::string dir;                // .../models--ORG--NAME
-  std::string snapshot;           // the snapshot refs/main names (else the only one; else empty)
+  std::string snapshot;           // hub_snapshot_dir(dir, "main")'s commit (empty: none)
   std::vector<std::string> refs;  // revisions with a ref
   uint64_t bytes = 0;    // of its blobs
   bool partial = false;  // an unfinished download (.incomplete blobs) is there

@@ -11,6 +11,8 @@
 
 namespace hibana {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 std::string env(const char* name) {
@@ -86,6 +88,24 @@ HubRef parse_hub_ref(const std::string& model) {
   return {model.substr(0, at), model.substr(at + 1)};
 }
 
+std::string hub_snapshot_dir(const std::string& repo_dir, const std::string& revision) {
+  std::error_code ec;
+  const fs::path base(repo_dir);
+  std::string commit = revision;
+  if (const fs::path ref = base / "refs" / revision; fs::is_regular_file(ref, ec)) {
+    commit = hub_read_ref(ref.string());
+  }
+  if (!commit.empty() && fs::is_directory(base / "snapshots" / commit, ec)) {
+    return (base / "snapshots" / commit).string();
+  }
+  if (revision != "main") return "";
+  std::vector<fs::path> snaps;
+  for (const auto& e : fs::directory_iterator(base / "snapshots", ec)) {
+    if (e.is_directory(ec)) snaps.push_back(e.path());
+  }
+  return snaps.size() == 1 ? snaps[0].string() : "";
+}
+
 bool hub_default_file(const std::string& path) {
   if (path.find('/') != std::string::npos) return false;  // top level only
   for (const char* glob :
@@ -96,7 +116,6 @@ bool hub_default_file(const std::string& path) {
 }
 
 std::vector<HubCachedModel> hub_cached_models() {
-  namespace fs = std::filesystem;
   std::vector<HubCachedModel> out;
   std::error_code ec;
   for (const std::string& root : hub_cache_roots()) {
@@ -118,18 +137,13 @@ std::vector<HubCachedModel> hub_cached_models() {
         if (!ec) m.bytes += n;
         m.partial = m.partial || b.path().extension() == ".incomplete";
       }
-      std::vector<std::string> snaps;
-      for (const auto& sd : fs::directory_iterator(e.path() / "snapshots", ec)) {
-        if (sd.is_directory(ec)) snaps.push_back(sd.path().filename().string());
-      }
       for (const auto& r : fs::recursive_directory_iterator(e.path() / "refs", ec)) {
         if (!r.is_regular_file(ec)) continue;
-        const std::string ref = r.path().lexically_relative(e.path() / "refs").string();
-        m.refs.push_back(ref);
-        if (ref == "main") m.snapshot = hub_read_ref(r.path().string());
+        m.refs.push_back(r.path().lexically_relative(e.path() / "refs").string());
       }
       std::sort(m.refs.begin(), m.refs.end());
-      if (m.snapshot.empty() && snaps.size() == 1) m.snapshot = snaps[0];
+      const std::string snap = hub_snapshot_dir(m.dir, "main");
+      if (!snap.empty()) m.snapshot = fs::path(snap).filename().string();
       out.push_back(std::move(m));
     }
   }

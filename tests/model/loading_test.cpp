@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "io/checkpoint.h"
+#include "io/hub.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -270,6 +271,30 @@ TEST(Loading, MissingDirectoryAndConfig) {
   FixtureCopy c("qwen3_dense");
   fs::remove(c.dir.file("config.json"));
   expect_load_error(c.path(), ErrorKind::not_found, {"config.json"});
+}
+
+// `hibana ls` describes the snapshot --model ORG/NAME loads: here refs/main names a commit whose
+// snapshot is gone, and the one snapshot there is what both choose (ls said the missing one).
+TEST(Loading, TheHubCacheListingNamesTheSnapshotModelLoads) {
+  test::TempDir home;
+  const fs::path repo = fs::path(home.path()) / "hub" / "models--acme--tiny";
+  fs::create_directories(repo / "snapshots" / "0123abcd");
+  home.write("hub/models--acme--tiny/refs/main", "deadbeef\n");
+  home.write("hub/models--acme--tiny/snapshots/0123abcd/config.json", "{}");
+  test::ScopedEnv hf_home("HF_HOME", home.path().c_str()), hub_cache("HF_HUB_CACHE", nullptr);
+  EXPECT_EQ(resolve_model_dir("acme/tiny"), (repo / "snapshots" / "0123abcd").string());
+  const std::vector<HubCachedModel> listed = hub_cached_models();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].snapshot, "0123abcd");
+  // A second snapshot leaves main without one, for both.
+  fs::create_directories(repo / "snapshots" / "4567cdef");
+  EXPECT_THROW(resolve_model_dir("acme/tiny"), Error);
+  EXPECT_EQ(hub_cached_models()[0].snapshot, "");
+  // An empty ref names no snapshot (the snapshots folder itself was taken for one).
+  home.write("hub/models--acme--tiny/refs/main", "\n");
+  EXPECT_THROW(resolve_model_dir("acme/tiny"), Error);
+  EXPECT_EQ(hub_snapshot_dir(repo.string(), "main"), "");
+  EXPECT_EQ(hub_snapshot_dir(repo.string(), "4567cdef"), (repo / "snapshots" / "4567cdef").string());
 }
 
 TEST(Loading, HubCacheLayout) {

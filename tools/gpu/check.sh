@@ -4,7 +4,9 @@
 # tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill (PROMPT, CONFIGS),
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
 # step), matmul (one product per decode shape), chain (tools/gpu/op_chain.cu: a chain of
-# dependent products as a graph of kernels or one persistent kernel), floor (tools/gpu/launch_floor.cu: per-kernel
+# dependent products as a graph of kernels or one persistent kernel), chain-sweep (the same with
+# the weight bytes in flight per SM swept: TILES, CAPS), ring-sweep (the decode matmul's weight
+# ring per warp: RINGS), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
@@ -188,6 +190,29 @@ stage_chain() {
   { timeout 120 $B/op_chain && SMALL=1 timeout 120 $B/op_chain; } 2>&1 | tee "$OUT/op_chain.log"
 }
 
+# Is a chain's cost per op the queue its own weight stream builds? The ring with RING_TILES of
+# 32 KiB per SM (in flight: one fewer), then the graph and persistent ways with their CTAs per SM
+# capped (CTAS_PER_SM), products only and with one-CTA ops (SMALL=1).
+stage_chain_sweep() {
+  mkdir -p $B
+  export NO_L2=1
+  for t in ${TILES:-2 3 4 6}; do
+    nvcc -O3 -std=c++17 -arch=sm_90 -DRING_TILES=$t -o $B/op_chain_$t tools/gpu/op_chain.cu &
+  done
+  wait
+  for small in 0 1; do
+    for t in ${TILES:-2 3 4 6}; do
+      echo "== ring tiles $t, SMALL=$small"
+      SMALL=$small timeout 60 $B/op_chain_$t 2>&1 | grep -E '^(bare|ring)|DIFFER|NaN'
+    done
+    for c in ${CAPS:-1 2 3}; do
+      echo "== CTAS_PER_SM=$c, SMALL=$small"
+      SMALL=$small CTAS_PER_SM=$c timeout 60 $B/op_chain_6 2>&1 |
+        grep -E '^(graph|persistent)|CTAs per SM|DIFFER|NaN'
+    done
+  done 2>&1 | tee "$OUT/op_chain_sweep.log"
+}
+
 # The decode matmul alone beside the bare weight stream, over edited copies of the kernel
 # (tools/gpu/gemv_variants.sh; VARIANTS picks them).
 stage_alone() {
@@ -268,6 +293,33 @@ stage_sweep() {
           bench_tagged "$env" $B/hibana "$cfg" "$dt" $env >/dev/null
         fi
       done
+    done
+  done
+  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+}
+
+# The decode matmul's weight ring per warp (RINGS, KiB, every ring that size; `orig`: the
+# source's; the first is the reference; 6 is the least its stages allow) on the
+# decode shapes, ROUNDS alternating runs: is a smaller ring (fewer
+# bytes in flight per SM, so a shorter queue for the next kernel's dependent reads) faster? Each
+# size is its own build of this tree with both ring constants edited (they are constants:
+# knobs would multiply the instantiations), the first built last: with `orig` first, $B/hibana
+# is the source's build again after.
+stage_ring_sweep() {
+  local f=src/backend/cuda/matmul_gemv.cu r
+  cp $f $B/matmul_gemv.cu.orig
+  rm -f "$OUT/ab.txt"
+  for r in $(echo ${RINGS:-orig 6 16} | tr ' ' '\n' | tac); do
+    cp $B/matmul_gemv.cu.orig $f  # (a new mtime: every size rebuilds)
+    [ $r = orig ] || sed -i -E "/RingPerWarp = /s/[0-9]+ << 10/$r << 10/g" $f
+    cmake --build $B -j16 --target hibana >"$OUT/ring_build_$r.log" 2>&1 ||
+      { grep -E "error" -A3 "$OUT/ring_build_$r.log" | head -20; cp $B/matmul_gemv.cu.orig $f; return 1; }
+    cp $B/hibana $B/hibana_ring$r
+  done
+  cp $B/matmul_gemv.cu.orig $f
+  configs | while read -r cfg dt; do
+    for _ in $(seq 1 ${ROUNDS:-2}); do
+      for r in ${RINGS:-orig 6 16}; do bench_tagged "ring$r" $B/hibana_ring$r "$cfg" "$dt" >/dev/null; done
     done
   done
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"
@@ -358,6 +410,8 @@ for s in "$@"; do
     stream) stage_stream ;;
     alone) stage_alone ;;
     chain) stage_chain ;;
+    chain-sweep) stage_chain_sweep ;;
+    ring-sweep) stage_ring_sweep ;;
     kernel) stage_kernel ;;
     source) stage_source ;;
     sweep) stage_sweep ;;

@@ -313,11 +313,16 @@ __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
+// Dynamic shared memory (unused) given to op_kernel and chain_kernel: CTAS_PER_SM=N caps how
+// many of their CTAs share an SM, and so the weight bytes in flight per SM (32 KiB a CTA).
+size_t g_cap_smem = 0;
+
 void launch_op(const Op& op, bool early, cudaStream_t s, unsigned* progress = nullptr,
                unsigned index = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(op.tiles);
   cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = g_cap_smem;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -454,6 +459,17 @@ int main() {
     return all;
   };
 
+  if (const char* cap = std::getenv("CTAS_PER_SM")) {
+    // The SM's shared memory split CTAS_PER_SM ways, less each CTA's static xs and the 1 KiB
+    // the runtime reserves per CTA.
+    const int n = std::max(1, std::atoi(cap));
+    g_cap_smem = prop.sharedMemPerMultiprocessor / n - sizeof(float) * kMaxK - 1024 - 128;
+    g_cap_smem = std::min(g_cap_smem, prop.sharedMemPerBlockOptin - sizeof(float) * kMaxK);
+    CHECK(cudaFuncSetAttribute(op_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(g_cap_smem)));
+    CHECK(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(g_cap_smem)));
+  }
   const float bare = graph_us(s, 1, [&] {
     read_all<<<prop.multiProcessorCount * 4, 512, 0, s>>>(reinterpret_cast<const uint4*>(wbuf),
                                                           total_bytes / 16, sink);
@@ -461,8 +477,10 @@ int main() {
   report("bare read", bare);
 
   int graph_per_sm = 0, per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&graph_per_sm, op_kernel, kThreads, 0));
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel, kThreads, 0));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&graph_per_sm, op_kernel, kThreads,
+                                                      g_cap_smem));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel, kThreads,
+                                                      g_cap_smem));
   std::vector<std::vector<float>> ref;
   int failures = 0;
   auto compare = [&](const std::string& what) {
@@ -589,7 +607,7 @@ int main() {
       int n_ops = static_cast<int>(ops.size());
       void* args[] = {&d_ops, &n_ops, &done, &epoch, &late};
       CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(chain_kernel), dim3(grid),
-                                        dim3(kThreads), args, 0, s));
+                                        dim3(kThreads), args, g_cap_smem, s));
     };
     poison();
     run();
@@ -607,7 +625,9 @@ int main() {
   CHECK(cudaFuncSetAttribute(ring_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kRingSmem));
   if (ring_per_sm > 0) {
-    const int ring_grid = ring_per_sm * prop.multiProcessorCount;
+    // One CTA per SM unless RING_CTAS says more (fewer tiles would fit several).
+    const int ring_ctas = std::getenv("RING_CTAS") ? std::atoi(std::getenv("RING_CTAS")) : 1;
+    const int ring_grid = std::max(1, std::min(ring_per_sm, ring_ctas)) * prop.multiProcessorCount;
     for (const bool routed : {false, true}) {
       auto run = [&] {
         ++epoch;

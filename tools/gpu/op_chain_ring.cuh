@@ -13,7 +13,14 @@
 // where the previous op's ended.
 #pragma once
 
-constexpr int kRingTiles = 6;                       // 6 x 32 KiB of shared memory per CTA
+// Tiles of 32 KiB per CTA (RING_TILES=N at compile time): the weights in flight per SM are
+// kRingTiles - 1 tiles. Every byte in flight is a byte the CTA's own dependency traffic (the
+// poll of a counter, the read of an input) may queue behind: 6 tiles per SM are ~25 MB across
+// the GPU, ~6 us of the copy bandwidth.
+#ifndef RING_TILES
+#define RING_TILES 6
+#endif
+constexpr int kRingTiles = RING_TILES;
 constexpr int kTileBytes = kWarps * kWarpBytes;     // a tile's weights are contiguous
 constexpr int kRingSmem = kRingTiles * kTileBytes;  // dynamic shared memory of ring_kernel
 
@@ -72,10 +79,12 @@ __device__ __forceinline__ void wait_groups_left(int n) {
     case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
     case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
     case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
   }
 }
-static_assert(kRingTiles == 6, "wait_groups_left covers 0..kRingTiles-1 groups in flight");
+static_assert(kRingTiles >= 2 && kRingTiles <= 6,  // (7 x 32 KiB + xs: past 227 KiB)
+              "wait_groups_left covers 0..kRingTiles-1 groups in flight");
 
 // kRouted: an expert's weights are loaded only once its router is done (an engine learns which
 // experts from the router's output), the way a persistent decode step would have to. A load

@@ -66,19 +66,26 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
-constexpr int kRingPerWarp = 12 << 10;  // bytes of a warp's weight ring
+// Bytes of a warp's weight ring. fp8 takes 6 KiB, the least its stages allow (three of 2
+// KiB): against 12 KiB the 80B's decode step ran 1.029-1.031 times as fast at batch 1 and
+// 1.082-1.085 at batch 8, and 16 KiB 0.969 / 0.925 (H100, docs/benchmarks.md, eighteenth
+// slice). bf16 keeps 12 KiB: the 8B at batch 1 ran 0.968 times as fast with 6 (1.029 at batch 8).
+template <Elt E>
+constexpr int kRingPerWarp = E == Elt::fp8 ? 6 << 10 : 12 << 10;
 // The ring where the shared activations fit the grid in one wave only beside a smaller ring
 // (the 8B's down projection at batch 1: 512 CTAs, 4 per SM with 10 KiB rings, 3 with 12 KiB;
 // the whole 8B step 2.7% faster on the H200, docs/benchmarks.md, thirteenth slice). Where the
-// large ring fits, the small one measured slower (1.3% of that step in all).
-constexpr int kSmallRingPerWarp = 10 << 10;
+// large ring fits, the small one measured slower (1.3% of that step in all). fp8's ring is
+// already the least.
+template <Elt E>
+constexpr int kSmallRingPerWarp = E == Elt::fp8 ? kRingPerWarp<E> : 10 << 10;
 
 // kWide: 128 k per pipeline stage instead of 64 — two chunks of fp8 per wait, whose
 // conversions the compiler may interleave (one chunk's chain per stage left the warp waiting on
 // each instruction: ncu, 5.5 cycles per issue). fp8 weights with shared activations take them
 // (a lane's own activations for a stage would take 64 registers): the 80B decode 1.3% faster at
 // batch 1, 12352x2048 fp8 14.2 -> 13.4 us (docs/benchmarks.md, fourteenth slice).
-template <Elt E, int kRing = kRingPerWarp, bool kWide = false>
+template <Elt E, int kRing = kRingPerWarp<E>, bool kWide = false>
 struct Gemv {
   static constexpr int esize = EltInfo<E>::size;
   static constexpr int kStageK = kWide ? 128 : 64;  // k per pipeline stage
@@ -114,7 +121,7 @@ constexpr int kXSharedMax = 26 << 10;
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp,
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E>,
           bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E, kRing, kXShared && E == Elt::fp8>;
@@ -507,10 +514,10 @@ void launch(const Params& p, int groups, int x_rows) {
   // (The gated norm is applied as the activations are shared: it takes them shared, always.)
   bool shared_x = x_fits && (p.norm_w != nullptr || !(ctas > wave_shared && ctas <= wave_plain));
   check(x_fits || p.norm_w == nullptr, ErrorKind::internal, "gated norm: activations too wide");
-  // Where the 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
+  // Where bf16's 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
-  using Small = Gemv<E, kSmallRingPerWarp, E == Elt::fp8>;  // (shared x only)
+  using Small = Gemv<E, kSmallRingPerWarp<E>, E == Elt::fp8>;  // (shared x only)
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;
   if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {
@@ -518,7 +525,7 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  constexpr int kBig = kRingPerWarp, kSmall = kSmallRingPerWarp;
+  constexpr int kBig = kRingPerWarp<E>, kSmall = kSmallRingPerWarp<E>;
   configure<E, kGrouped, true, kPacked, kBig, kPaired>();
   configure<E, kGrouped, false, kPacked, kBig, kPaired>();
   configure<E, kGrouped, true, kPacked, kSmall, kPaired>();

@@ -298,20 +298,19 @@ stage_sweep() {
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"
 }
 
-# The decode matmul's weight ring per warp (RINGS, KiB, every ring that size; `orig`: the
-# source's; the first is the reference; 6 is the least its stages allow) on the
-# decode shapes, ROUNDS alternating runs: is a smaller ring (fewer
-# bytes in flight per SM, so a shorter queue for the next kernel's dependent reads) faster? Each
-# size is its own build of this tree with both ring constants edited (they are constants:
-# knobs would multiply the instantiations), the first built last: with `orig` first, $B/hibana
-# is the source's build again after.
+# The fp8 decode matmul's weight ring per warp (RINGS, KiB: 4 and 5 take 1 KiB stages, 6 and up
+# 2 KiB ones, 3 stages at least; `orig`: the source's; the first is the reference) on the decode
+# shapes, ROUNDS alternating runs. Each size is its own build of this tree with the constant
+# edited (a knob would multiply the instantiations), the first built last: with `orig` first,
+# $B/hibana is the source's build again after. (docs/benchmarks.md, eighteenth slice: 6 KiB
+# beat 12 and 16 on the 80B.)
 stage_ring_sweep() {
   local f=src/backend/cuda/matmul_gemv.cu r
   cp $f $B/matmul_gemv.cu.orig
   rm -f "$OUT/ab.txt"
-  for r in $(echo ${RINGS:-orig 6 16} | tr ' ' '\n' | tac); do
+  for r in $(echo ${RINGS:-orig 4 5} | tr ' ' '\n' | tac); do
     cp $B/matmul_gemv.cu.orig $f  # (a new mtime: every size rebuilds)
-    [ $r = orig ] || sed -i -E "/RingPerWarp = /s/[0-9]+ << 10/$r << 10/g" $f
+    [ $r = orig ] || sed -i -E "/RingPerWarp = /s/(Elt::fp8 \? )[0-9]+ << 10/\1$r << 10/" $f
     cmake --build $B -j16 --target hibana >"$OUT/ring_build_$r.log" 2>&1 ||
       { grep -E "error" -A3 "$OUT/ring_build_$r.log" | head -20; cp $B/matmul_gemv.cu.orig $f; return 1; }
     cp $B/hibana $B/hibana_ring$r
@@ -319,7 +318,7 @@ stage_ring_sweep() {
   cp $B/matmul_gemv.cu.orig $f
   configs | while read -r cfg dt; do
     for _ in $(seq 1 ${ROUNDS:-2}); do
-      for r in ${RINGS:-orig 6 16}; do bench_tagged "ring$r" $B/hibana_ring$r "$cfg" "$dt" >/dev/null; done
+      for r in ${RINGS:-orig 4 5}; do bench_tagged "ring$r" $B/hibana_ring$r "$cfg" "$dt" >/dev/null; done
     done
   done
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"

@@ -4,8 +4,10 @@
 # 80B's decode at batch 1 and 8), `2` (the 8192-token prefill of both shapes with the new
 # defaults against the old, decode through the API with a repetition penalty, the 8B's decode at
 # every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
-# attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways). Logs
-# under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the last 100 MiB).
+# attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
+# 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, the 80B step's
+# profile). Logs under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the
+# last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
 B=build-gpu
@@ -83,6 +85,24 @@ call5() {
   WHOLE=1 BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4
 }
 
+# The eighteenth slice's 6 KiB fp8 ring on the H200 against the tree before it (here, first:
+# tools/gpu/ab_ref.sh a3628f5, then carry .abref), every CUDA test; then (7) the smaller fp8
+# rings (4 and 5 KiB, 1 KiB stages) and the 80B step's per-kernel profile with the new ring.
+call6() {
+  ROUNDS=1 BATCHES=1,8,32,64 timeout 420 tools/gpu/check.sh ab 2>&1 | tail -18
+  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -4
+}
+# Right after 6 (the build is there): the smaller rings, then the profile.
+call7() {
+  [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 250 tools/gpu/check.sh ring-sweep 2>&1 |
+    tail -8
+  # Fewer split-K products now that more CTAs fit an SM (132: one split for K = 2048 at batch 1).
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132" \
+    timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
+  PROFILE="qwen3-next-80b-a3b fp8" SHAPES=none timeout 300 tools/gpu/check.sh profile 2>&1 | tail -40
+}
+
 # ncu_stalls NAME REGEX CMD...: Nsight Compute's full sections for the first kernel whose
 # demangled name matches REGEX after 20 such launches (the name base is the demangled name:
 # "tiled_kernel" alone also names attention's tiled kernel), its headline figures and stall
@@ -133,6 +153,8 @@ case "${1:-}" in
   3) call3 ;;
   4) call4 ;;
   5) call5 ;;
+  6) call6 ;;
+  7) call7 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|ring" >&2; exit 2 ;;
 esac

@@ -109,6 +109,12 @@ struct Gemv {
   }
 };
 
+// Whether a kernel with this ring takes kWide's stages: fp8 with shared activations, where the
+// ring holds three of them (2 KiB each). A smaller fp8 ring (tools/gpu/check.sh ring-sweep with
+// RINGS 4 or 5) takes the 1 KiB stages instead.
+template <Elt E, int kRing, bool kXShared>
+constexpr bool kWideStages = kXShared && E == Elt::fp8 && kRing >= 3 * (2 << 10);
+
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
 
@@ -124,7 +130,7 @@ constexpr int kXSharedMax = 26 << 10;
 template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E>,
           bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
-  using S = Gemv<E, kRing, kXShared && E == Elt::fp8>;
+  using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kStageK = S::kStageK;
   // launch() sizes shared memory from Gemv<E, kRing> (kSmem, and plane_pitch_bytes from KC):
@@ -517,7 +523,7 @@ void launch(const Params& p, int groups, int x_rows) {
   // Where bf16's 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
-  using Small = Gemv<E, kSmallRingPerWarp<E>, E == Elt::fp8>;  // (shared x only)
+  using Small = Gemv<E, kSmallRingPerWarp<E>, kWideStages<E, kSmallRingPerWarp<E>, true>>;
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;
   if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {

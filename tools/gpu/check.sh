@@ -5,8 +5,8 @@
 # serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
 # step), matmul (one product per decode shape), chain (tools/gpu/op_chain.cu: a chain of
 # dependent products as a graph of kernels or one persistent kernel), chain-sweep (the same with
-# the weight bytes in flight per SM swept: TILES, CAPS), ring-sweep (the decode matmul's weight
-# ring per warp: RINGS), floor (tools/gpu/launch_floor.cu: per-kernel
+# the weight bytes in flight per SM swept: TILES, CAPS), ring-sweep (the fp8 decode matmul's
+# weight ring per warp: RINGS), edit-sweep (sed-edited builds of a source: EDITS, FILE), floor (tools/gpu/launch_floor.cu: per-kernel
 # floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
 # decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
 # matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
@@ -298,30 +298,47 @@ stage_sweep() {
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"
 }
 
-# The fp8 decode matmul's weight ring per warp (RINGS, KiB: 4 and 5 take 1 KiB stages, 6 and up
-# 2 KiB ones, 3 stages at least; `orig`: the source's; the first is the reference) on the decode
-# shapes, ROUNDS alternating runs. Each size is its own build of this tree with the constant
-# edited (a knob would multiply the instantiations), the first built last: with `orig` first,
-# $B/hibana is the source's build again after. (docs/benchmarks.md, eighteenth slice: 6 KiB
-# beat 12 and 16 on the 80B.)
-stage_ring_sweep() {
-  local f=src/backend/cuda/matmul_gemv.cu r
-  cp $f $B/matmul_gemv.cu.orig
+# Edited builds of one source file, benchmarked alternately (for constants a knob would
+# multiply instantiations of): EDITS, one "LABEL SED" a line (SED a sed -E script applied to
+# FILE, matmul_gemv.cu by default; LABEL orig alone: the source as it is; the first is the
+# reference), ROUNDS alternating runs on the CONFIGS. Each is its own build, the first built
+# last: with orig first, $B/hibana is the source's build again after.
+stage_edit_sweep() {
+  local f=${FILE:-src/backend/cuda/matmul_gemv.cu} label expr labels=""
+  : "${EDITS:?EDITS=\"LABEL SED\" lines}"
+  cp $f $B/edit_sweep.orig
   rm -f "$OUT/ab.txt"
-  for r in $(echo ${RINGS:-orig 4 5} | tr ' ' '\n' | tac); do
-    cp $B/matmul_gemv.cu.orig $f  # (a new mtime: every size rebuilds)
-    [ $r = orig ] || sed -i -E "/RingPerWarp = /s/(Elt::fp8 \? )[0-9]+ << 10/\1$r << 10/" $f
-    cmake --build $B -j16 --target hibana >"$OUT/ring_build_$r.log" 2>&1 ||
-      { grep -E "error" -A3 "$OUT/ring_build_$r.log" | head -20; cp $B/matmul_gemv.cu.orig $f; return 1; }
-    cp $B/hibana $B/hibana_ring$r
-  done
-  cp $B/matmul_gemv.cu.orig $f
+  while read -r label expr; do
+    [ -n "$label" ] || continue
+    labels="$label $labels"
+    cp $B/edit_sweep.orig $f  # (a new mtime: every variant rebuilds)
+    [ -z "$expr" ] || sed -i -E "$expr" $f
+    if cmp -s $f $B/edit_sweep.orig && [ -n "$expr" ]; then
+      echo "$label: the edit changed nothing"; cp $B/edit_sweep.orig $f; return 1
+    fi
+    cmake --build $B -j16 --target hibana >"$OUT/edit_build_$label.log" 2>&1 ||
+      { grep -E "error" -A3 "$OUT/edit_build_$label.log" | head -20; cp $B/edit_sweep.orig $f; return 1; }
+    cp $B/hibana $B/hibana_$label
+  done <<<"$(echo "$EDITS" | tac)"
+  cp $B/edit_sweep.orig $f
   configs | while read -r cfg dt; do
     for _ in $(seq 1 ${ROUNDS:-2}); do
-      for r in ${RINGS:-orig 4 5}; do bench_tagged "ring$r" $B/hibana_ring$r "$cfg" "$dt" >/dev/null; done
+      for label in $labels; do bench_tagged "$label" $B/hibana_$label "$cfg" "$dt" >/dev/null; done
     done
   done
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+}
+
+# The fp8 decode matmul's weight ring per warp (RINGS, KiB: 4 and 5 take 1 KiB stages, 6 and up
+# 2 KiB ones, 3 stages at least; `orig`: the source's). docs/benchmarks.md, eighteenth slice:
+# 6 KiB beat 12 and 16 on the 80B.
+stage_ring_sweep() {
+  local r
+  EDITS=$(for r in ${RINGS:-orig 4 5}; do
+    if [ $r = orig ]; then echo orig; else
+      echo "ring$r /RingPerWarp = /s/(Elt::fp8 \\? )[0-9]+ << 10/\\1$r << 10/"
+    fi
+  done) stage_edit_sweep
 }
 
 # This tree against a reference, both built here, benchmarked alternately in the same session
@@ -411,6 +428,7 @@ for s in "$@"; do
     chain) stage_chain ;;
     chain-sweep) stage_chain_sweep ;;
     ring-sweep) stage_ring_sweep ;;
+    edit-sweep) stage_edit_sweep ;;
     kernel) stage_kernel ;;
     source) stage_source ;;
     sweep) stage_sweep ;;

@@ -5,8 +5,8 @@
 # defaults against the old, decode through the API with a repetition penalty, the 8B's decode at
 # every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
-# 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, the 80B step's
-# profile). Logs under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the
+# 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
+# split-K), `8` (the 80B step's profile). Logs under $OUT. The 80B fp8 shape needs an H200 (it fills an 80 GB H100 to the
 # last 100 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
@@ -92,14 +92,21 @@ call6() {
   ROUNDS=1 BATCHES=1,8,32,64 timeout 420 tools/gpu/check.sh ab 2>&1 | tail -18
   timeout 150 tools/gpu/check.sh tests 2>&1 | tail -4
 }
-# Right after 6 (the build is there): the smaller rings, then the profile.
+# Right after 6 (the build is there): the smaller fp8 rings, more CTAs per SM by launch bounds
+# (5 and 6 against 4: the 6 KiB ring's gain looks like residency; the batch-1 fp8 kernels use
+# 79-128 registers), fewer split-K products. Then 8: the 80B step's profile.
 call7() {
   [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 250 tools/gpu/check.sh ring-sweep 2>&1 |
-    tail -8
-  # Fewer split-K products now that more CTAs fit an SM (132: one split for K = 2048 at batch 1).
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132" \
-    timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
+  export CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8
+  timeout 200 tools/gpu/check.sh ring-sweep 2>&1 | tail -6
+  local lb='s/__launch_bounds__\(kWarps \* 32, 4\)/__launch_bounds__(kWarps * 32, '
+  EDITS=$(printf 'orig\nlb5 %s5)/\nlb6 %s6)/' "$lb" "$lb") timeout 200 tools/gpu/check.sh edit-sweep \
+    2>&1 | tail -6
+  # (132: one split for K = 2048 at batch 1)
+  KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132" timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
+}
+call8() {
+  [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   PROFILE="qwen3-next-80b-a3b fp8" SHAPES=none timeout 300 tools/gpu/check.sh profile 2>&1 | tail -40
 }
 
@@ -155,6 +162,7 @@ case "${1:-}" in
   5) call5 ;;
   6) call6 ;;
   7) call7 ;;
+  8) call8 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|ring" >&2; exit 2 ;;
 esac

@@ -68,24 +68,26 @@ constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
 // Bytes of a warp's weight ring. fp8 takes 6 KiB, the least its stages allow (three of 2
 // KiB): against 12 KiB the 80B's decode step ran 1.029-1.031 times as fast at batch 1 and
-// 1.082-1.085 at batch 8, and 16 KiB 0.969 / 0.925 (H100, docs/benchmarks.md, eighteenth
-// slice). bf16 keeps 12 KiB: the 8B at batch 1 ran 0.968 times as fast with 6 (1.029 at batch 8).
-template <Elt E>
-constexpr int kRingPerWarp = E == Elt::fp8 ? 6 << 10 : 12 << 10;
+// 1.082-1.085 at batch 8, and 16 KiB 0.969 / 0.925. bf16 keeps 12 KiB up to 2 rows (the packed
+// kernels): the 8B at batch 1 ran 0.968 times as fast with 6. Above 2 rows it takes 6 KiB too:
+// the 8B at batch 8 ran 1.029 times as fast (H100, docs/benchmarks.md, eighteenth slice).
+template <Elt E, bool kPacked>
+constexpr int kRingPerWarp = E == Elt::fp8 ? 6 << 10 : kPacked ? 12 << 10 : 6 << 10;
 // The ring where the shared activations fit the grid in one wave only beside a smaller ring
 // (the 8B's down projection at batch 1: 512 CTAs, 4 per SM with 10 KiB rings, 3 with 12 KiB;
 // the whole 8B step 2.7% faster on the H200, docs/benchmarks.md, thirteenth slice). Where the
-// large ring fits, the small one measured slower (1.3% of that step in all). fp8's ring is
+// large ring fits, the small one measured slower (1.3% of that step in all). A 6 KiB ring is
 // already the least.
-template <Elt E>
-constexpr int kSmallRingPerWarp = E == Elt::fp8 ? kRingPerWarp<E> : 10 << 10;
+template <Elt E, bool kPacked>
+constexpr int kSmallRingPerWarp = kRingPerWarp<E, kPacked> == (12 << 10) ? 10 << 10
+                                                                         : kRingPerWarp<E, kPacked>;
 
 // kWide: 128 k per pipeline stage instead of 64 — two chunks of fp8 per wait, whose
 // conversions the compiler may interleave (one chunk's chain per stage left the warp waiting on
 // each instruction: ncu, 5.5 cycles per issue). fp8 weights with shared activations take them
 // (a lane's own activations for a stage would take 64 registers): the 80B decode 1.3% faster at
 // batch 1, 12352x2048 fp8 14.2 -> 13.4 us (docs/benchmarks.md, fourteenth slice).
-template <Elt E, int kRing = kRingPerWarp<E>, bool kWide = false>
+template <Elt E, int kRing, bool kWide = false>
 struct Gemv {
   static constexpr int esize = EltInfo<E>::size;
   static constexpr int kStageK = kWide ? 128 : 64;  // k per pipeline stage
@@ -127,7 +129,7 @@ constexpr int kXSharedMax = 26 << 10;
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E>,
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E, kPacked>,
           bool kPaired = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
@@ -509,7 +511,8 @@ void configure() {
 
 template <Elt E, bool kGrouped, bool kPacked, bool kPaired>
 void launch(const Params& p, int groups, int x_rows) {
-  using S = Gemv<E>;
+  constexpr int kBig = kRingPerWarp<E, kPacked>, kSmall = kSmallRingPerWarp<E, kPacked>;
+  using S = Gemv<E, kBig>;
   const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
   // Shared activations where they fit, unless their shared memory would leave fewer CTAs per
   // SM than the grid needs to run in one wave while the per-warp kernel would not.
@@ -523,7 +526,7 @@ void launch(const Params& p, int groups, int x_rows) {
   // Where bf16's 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other value, never).
-  using Small = Gemv<E, kSmallRingPerWarp<E>, kWideStages<E, kSmallRingPerWarp<E>, true>>;
+  using Small = Gemv<E, kSmall, kWideStages<E, kSmall, true>>;
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;
   if (x_fits && !shared_x && (small_mode == 1 || small_mode == 2)) {
@@ -531,7 +534,6 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  constexpr int kBig = kRingPerWarp<E>, kSmall = kSmallRingPerWarp<E>;
   configure<E, kGrouped, true, kPacked, kBig, kPaired>();
   configure<E, kGrouped, false, kPacked, kBig, kPaired>();
   configure<E, kGrouped, true, kPacked, kSmall, kPaired>();
@@ -560,8 +562,11 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 }  // namespace
 
 bool gemv_x_fits(const Params& p, Elt elt, int64_t rows) {
-  const int pitch = elt == Elt::bf16 ? Gemv<Elt::bf16>::plane_pitch_bytes(p.split_len)
-                                     : Gemv<Elt::fp8>::plane_pitch_bytes(p.split_len);
+  // (The pitch depends on the element size only, not on the ring.)
+  using Bf16 = Gemv<Elt::bf16, kRingPerWarp<Elt::bf16, true>>;
+  using Fp8 = Gemv<Elt::fp8, kRingPerWarp<Elt::fp8, true>>;
+  const int pitch = elt == Elt::bf16 ? Bf16::plane_pitch_bytes(p.split_len)
+                                     : Fp8::plane_pitch_bytes(p.split_len);
   return rows * 3 * pitch <= kXSharedMax;
 }
 

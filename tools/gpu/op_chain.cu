@@ -9,6 +9,9 @@
 //               (each CTA loads its weights before griddepcontrol.wait, and releases the next
 //               kernel at its end: our kernels' way);
 //   graph-early the same, each CTA releasing the next kernel as soon as its loads are issued
+//               (before its wait);
+//   graph-after-wait  the same, each CTA releasing the next kernel right after its wait (the
+//               engine's kernels' way: pdl_start, and the decode matmul's release_early);
 //               (so the next op's CTAs can start their loads while this op computes);
 //   persistent  one cooperative kernel whose CTAs walk the ops in order: a CTA loads its tile of
 //               op i's weights, then waits on op i-1's completion counter (acquire), reads its
@@ -176,16 +179,19 @@ __device__ __forceinline__ void norm_op(const Op& op, const float* xs) {
   for (int i = threadIdx.x; i < op.k; i += kThreads) op.out[i] = xs[i] * inv;
 }
 
-// One op per launch (the graph way); early: the next kernel is released once the loads are
-// issued, not at the end. progress (null: none) gets `index` from the first CTA once it has
-// waited: every op before this one is done.
+// When a graph-way kernel releases the next one.
+enum Release : int { kAtEnd = 0, kBeforeWait = 1, kAfterWait = 2 };
+
+// One op per launch (the graph way), releasing the next kernel at `release`. progress (null:
+// none) gets `index` from the first CTA once it has waited: every op before this one is done.
 __global__ void __launch_bounds__(kThreads)
-    op_kernel(Op op, bool early, unsigned* progress, unsigned index) {
+    op_kernel(Op op, int release, unsigned* progress, unsigned index) {
   __shared__ __align__(16) float xs[kMaxK];
   uint4 w[kLaneChunks];
   if (!op.norm) load_tile(op, blockIdx.x, w);  // weights are constants: before the wait
-  if (early) pdl_trigger();
+  if (release == kBeforeWait) pdl_trigger();
   pdl_wait();
+  if (release == kAfterWait) pdl_trigger();
   if (progress != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(progress), "r"(index) : "memory");
   }
@@ -317,7 +323,7 @@ __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
 // many of their CTAs share an SM, and so the weight bytes in flight per SM (32 KiB a CTA).
 size_t g_cap_smem = 0;
 
-void launch_op(const Op& op, bool early, cudaStream_t s, unsigned* progress = nullptr,
+void launch_op(const Op& op, int release, cudaStream_t s, unsigned* progress = nullptr,
                unsigned index = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(op.tiles);
@@ -329,7 +335,7 @@ void launch_op(const Op& op, bool early, cudaStream_t s, unsigned* progress = nu
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, early, progress, index));
+  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, release, progress, index));
 }
 
 }  // namespace
@@ -494,13 +500,16 @@ int main() {
                          : (std::to_string(bad) + " outputs DIFFER from the graph's").c_str());
     if (bad != 0) ++failures;
   };
-  for (bool early : {false, true}) {
+  for (const int release : {kAtEnd, kBeforeWait, kAfterWait}) {
+    const char* what = release == kAtEnd        ? "graph"
+                       : release == kBeforeWait ? "graph-early"
+                                                : "graph-after-wait";
     poison();
     const float graph = graph_us(s, 1, [&] {
-      for (const Op& op : ops) launch_op(op, early, s);
+      for (const Op& op : ops) launch_op(op, release, s);
     });
-    report(early ? "graph-early" : "graph", graph);
-    if (!early) {
+    report(what, graph);
+    if (release == kAtEnd) {
       ref = snapshot();
       size_t nan = 0;
       for (const auto& o : ref) {
@@ -511,7 +520,7 @@ int main() {
                   nan ? " (a tile was never written)" : "");
       if (nan) ++failures;
     } else {
-      compare("graph-early");
+      compare(what);
     }
   }
 
@@ -556,7 +565,7 @@ int main() {
         CHECK(cudaGetLastError());
         CHECK(cudaEventRecord(join, side));
         for (size_t i = 0; i < ops.size(); ++i)
-          launch_op(ops[i], true, s, progress, static_cast<unsigned>(i));
+          launch_op(ops[i], kBeforeWait, s, progress, static_cast<unsigned>(i));
         CHECK(cudaStreamWaitEvent(s, join, 0));
       });
       const std::string what = "graph-early+L2 " + item;
@@ -581,7 +590,7 @@ int main() {
         }
         CHECK(cudaGetLastError());
         for (size_t i = 0; i < ops.size(); ++i) {
-          launch_op(ops[i], true, s);
+          launch_op(ops[i], kBeforeWait, s);
           CHECK(cudaEventRecord(after[i], s));
           const size_t j = i + D;  // op i done: prefetch op i + D
           if (j < ops.size() && wanted(j)) {

@@ -6,8 +6,9 @@
 # every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
-# split-K), `8` (the 80B step's profile, op_chain's release points). Logs under $OUT. The 80B
-# fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80 GB H100 to 172 MiB).
+# split-K), `8` (the 80B step's profile, op_chain's release points, HIBANA_CUDA_RELEASE_BEFORE_WAIT).
+# Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
+# GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
 set -u
 B=build-gpu
@@ -108,8 +109,12 @@ call7() {
 call8() {
   [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   PROFILE="qwen3-next-80b-a3b fp8" SHAPES=none timeout 300 tools/gpu/check.sh profile 2>&1 | tail -40
-  # op_chain's release points: at the end, before the wait, after it (the engine's way).
+  # op_chain's release points: at the end, before the wait, after it (the engine's way); then
+  # the plain decode products releasing before their wait, tested and timed.
   timeout 100 tools/gpu/check.sh chain 2>&1 | grep -E '^(bare|graph)|DIFFER|NaN'
+  KNOBS=HIBANA_CUDA_RELEASE_BEFORE_WAIT=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_RELEASE_BEFORE_WAIT \
+    VALUES="0 1" timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
 
 # ncu_stalls NAME REGEX CMD...: Nsight Compute's full sections for the first kernel whose

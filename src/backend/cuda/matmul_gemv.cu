@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
 
+  if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
   if (early) wait_previous();  // the activations are the previous kernel's output
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
@@ -576,6 +577,7 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // Where the next kernel launches does not change what it computes: it still waits for this
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
+  p.release_before_wait = knob_on("HIBANA_CUDA_RELEASE_BEFORE_WAIT", false);
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));

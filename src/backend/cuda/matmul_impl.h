@@ -62,6 +62,13 @@ struct Params {
   // weight copies can overlap this one's stream where SM slots are free. Never before this kernel's
   // own wait: routing_ready relies on a launch following its predecessor's wait.
   bool release_early;
+  // Plain decode kernels (HIBANA_CUDA_RELEASE_BEFORE_WAIT=1, off by default, not yet measured):
+  // release the next kernel once the ring's first copies are issued, before this kernel's own
+  // wait, as op_chain's fastest graph way does. The next kernel may then start while the one
+  // before this still runs: every kernel reads only constants before its wait, and no
+  // routing_ready launch follows a plain one (the expert down projection follows gate/up or
+  // silu_mul), so nothing it reads early can still be written.
+  bool release_before_wait;
   // Decode kernel with shared activations only (null otherwise): the activations it splits are
   // y = gated_rmsnorm(x, gate_z, norm_w, norm_eps) over groups of norm_group values (64 or 128;
   // the splits cut no group), computed as it loads them, not x (matmul_gated_norm).

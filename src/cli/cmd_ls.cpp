@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/byte_text.h"
 #include "core/error.h"
 #include "io/hub.h"
 #include "io/mapped_file.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/byte_text.h"
 #include "core/error.h"
 #include "io/hub.h"
 #include "model/config.h"

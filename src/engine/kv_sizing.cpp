@@ -6,14 +6,6 @@
 
 namespace hibana {
 
-namespace {
-
-std::string size_text(int64_t bytes) {
-  return byte_text(static_cast<double>(bytes));
-}
-
-}  // namespace
-
 KvSizing auto_kv_cache_bytes(const Backend::MemoryInfo& memory, bool unified,
                              int64_t other_state_bytes) {
   if (memory.total <= 0) {
@@ -26,8 +18,8 @@ KvSizing auto_kv_cache_bytes(const Backend::MemoryInfo& memory, bool unified,
   if (unified) usable /= 2;
   KvSizing s;
   s.bytes = std::max(kMinimum, usable);
-  s.why = size_text(memory.free) + " free of " + size_text(memory.total) + ", less " +
-          size_text(reserve) + " kept for activations and " + size_text(state) +
+  s.why = byte_text(memory.free) + " free of " + byte_text(memory.total) + ", less " +
+          byte_text(reserve) + " kept for activations and " + byte_text(state) +
           " of recurrent state" + (unified ? ", halved (memory shared with the host)" : "") +
           (usable < kMinimum ? "; too little is free, so the minimum of 256 MiB" : "");
   return s;

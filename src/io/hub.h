@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "core/byte_text.h"  // byte_text, which pull and ls print sizes with
-
 namespace hibana {
 
 // Where downloads go: $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,

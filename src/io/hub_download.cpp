@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "core/byte_text.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/digest.h"

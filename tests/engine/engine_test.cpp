@@ -145,11 +145,6 @@ TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {
   }
 }
 
-// Steps draw from summaries of the logits rows (their largest entries and sums, computed
-// where the rows are) and fetch a whole row only when a draw needs more: greedy, sampled,
-// top-k and top-p requests, with and without logprobs, in one batch, get the tokens and
-// logprobs of an engine that moves every whole row to the host. On the GPU the summaries come
-// from the CUDA kernel (float exponentials: logprobs within 1e-5).
 // The requests admitted as one batch (exact DeltaNet, up to 8 sequences) to an engine that draws
 // from summaries or moves every whole row; their outcomes, and the engine's metrics in *m.
 std::vector<Outcome> run_batch(const std::shared_ptr<const Model>& model, bool summaries,
@@ -171,6 +166,11 @@ std::vector<Outcome> run_batch(const std::shared_ptr<const Model>& model, bool s
 
 class Summaries : public testing::TestWithParam<std::string> {};
 
+// Steps draw from summaries of the logits rows (their largest entries and sums, computed
+// where the rows are) and fetch a whole row only when a draw needs more: greedy, sampled,
+// top-k and top-p requests, with and without logprobs, in one batch, get the tokens and
+// logprobs of an engine that moves every whole row to the host. On the GPU the summaries come
+// from the CUDA kernel (float exponentials: logprobs within 1e-5).
 TEST_P(Summaries, GiveTheTokensAndLogprobsOfWholeRows) {
   if (test::unavailable(GetParam())) GTEST_SKIP();
   std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_next", GetParam());

@@ -79,8 +79,7 @@ constexpr int kRingPerWarp = E == Elt::fp8 ? 6 << 10 : kPacked ? 12 << 10 : 6 <<
 // large ring fits, the small one measured slower (1.3% of that step in all). A 6 KiB ring is
 // already the least.
 template <Elt E, bool kPacked>
-constexpr int kSmallRingPerWarp = kRingPerWarp<E, kPacked> == (12 << 10) ? 10 << 10
-                                                                         : kRingPerWarp<E, kPacked>;
+constexpr int kSmallRingPerWarp = E == Elt::bf16 && kPacked ? 10 << 10 : kRingPerWarp<E, kPacked>;
 
 // kWide: 128 k per pipeline stage instead of 64 — two chunks of fp8 per wait, whose
 // conversions the compiler may interleave (one chunk's chain per stage left the warp waiting on

@@ -183,13 +183,16 @@ struct RouteCase {
 // tokens): the ids, weights and expert outputs of moe_route then moe_experts, bit for bit, and
 // the CPU's. Expert counts of each routing kernel (keys in registers: 64 and the 80B's 512 with
 // its shared expert as expert 512; in memory: 600), 1, 5 and 32 tokens, and 33 (the two ops).
+// One token is routed and grouped by one warp (route_one_kernel) where its pairs fit one: top-31
+// and the shared expert are the most that do, top-32 and the shared expert one more.
 // A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths.
 TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
   const int64_t H = 128, I = 32;
   for (const RouteCase& c :
-       {RouteCase{64, 4, false}, RouteCase{512, 10, true}, RouteCase{600, 8, true}}) {
+       {RouteCase{64, 4, false}, RouteCase{512, 10, true}, RouteCase{600, 8, true},
+        RouteCase{64, 31, true}, RouteCase{64, 32, true}}) {
     SCOPED_TRACE(testing::Message()
                  << c.E << " experts, top-" << c.k << (c.shared ? " and the shared one" : ""));
     const int64_t experts = c.E + (c.shared ? 1 : 0), pairs = c.k + (c.shared ? 1 : 0);
@@ -304,7 +307,9 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         const std::vector<float> apart = run("0", "gdn_conv"),
                                  fused = run("1", decode ? "matmul_conv" : "gdn_conv");
         EXPECT_EQ(std::memcmp(apart.data(), fused.data(), apart.size() * sizeof(float)), 0);
-        if (m >= 3 && decode) EXPECT_EQ(fused[m * N + C + C - 1], 0.0f) << "padding row";
+        if (m >= 3 && decode) {
+          EXPECT_EQ(fused[m * N + C + C - 1], 0.0f) << "padding row";
+        }
         // The CPU (no padding rows there: row 1 gets the unused slot S - 2, not compared).
         std::vector<int32_t> cpu_slots = slot_of;
         if (m >= 3 && decode) cpu_slots[1] = static_cast<int32_t>(S - 2);

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested
-# stages, writing logs under $OUT. Stages: build, tests, tests-knobs (the model and engine CUDA
-# tests with the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill (PROMPT, CONFIGS),
-# serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode
-# step), matmul (one product per decode shape), chain (tools/gpu/op_chain.cu: a chain of
-# dependent products as a graph of kernels or one persistent kernel), chain-sweep (the same with
-# the weight bytes in flight per SM swept: TILES, CAPS), ring-sweep (the fp8 decode matmul's
-# weight ring per warp: RINGS), edit-sweep (sed-edited builds of a source: EDITS, FILE), floor (tools/gpu/launch_floor.cu: per-kernel
-# floor of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the
-# decode matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the decode
-# matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
-# shapes, e.g. VARIANTS="base f16a bits noconv e4m3"), kernel (Nsight Compute's
-# full sections for one kernel of the decode step: KERNEL, SKIP), source (the decode matmul's
-# time by region and opcode on SHAPES, tools/gpu/ncu_source.py), sweep (a benchmark knob swept
-# on the decode shapes: KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES
-# VALUES="264 132 528", or HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with
-# CONFIGS=qwen3-next-80b-a3b:fp8),
-# ab (this tree against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in
-# one session, with ratios; `ab` builds both trees at once, so run it before `tests`),
-# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab
-# (after ab: both trees' per-kernel step profiles side by side).
+# Runs on the GPU machine (through the device tool): builds with CUDA and runs the requested stages,
+# writing logs under $OUT. Stages: build, tests, tests-knobs (the model and engine CUDA tests with
+# the off-by-default fusions on: KNOBS), sanitize, bench-8b, bench-80b, prefill (PROMPT, CONFIGS),
+# serve, tiers (the prefix-cache benchmarks), profile (Nsight Compute breakdown of one decode step),
+# timeline (Nsight Systems: one decode step as it overlapped: PROFILE, BATCH), matmul (one product
+# per decode shape), chain (tools/gpu/op_chain.cu: a chain of dependent products as a graph of
+# kernels or one persistent kernel), chain-sweep (the same with the weight bytes in flight per SM
+# swept: TILES, CAPS), ring-sweep (the fp8 decode matmul's weight ring per warp: RINGS), edit-sweep
+# (sed-edited builds of a source: EDITS, FILE), floor (tools/gpu/launch_floor.cu: per-kernel floor
+# of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the decode
+# matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the
+# decode matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
+# shapes, e.g. VARIANTS="base f16a bits noconv e4m3"), kernel (Nsight Compute's full sections for
+# one kernel of the decode step: KERNEL, SKIP), source (the decode matmul's time by region and
+# opcode on SHAPES, tools/gpu/ncu_source.py), sweep (a benchmark knob swept on the decode shapes:
+# KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132 528", or
+# HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with CONFIGS=qwen3-next-80b-a3b:fp8), ab (this tree
+# against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in one session, with
+# ratios; `ab` builds both trees at once, so run it before `tests`), serve-decode (decode through
+# the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab (after ab: both trees' per-kernel
+# step profiles side by side).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -138,6 +138,34 @@ stage_profile_ab() {
     python3 tools/gpu/ncu_step.py "$OUT/ncu_decode_ref_$cfg.csv" "$OUT/ncu_decode_this_$cfg.csv" |
       tee "$OUT/ncu_decode_ab_$cfg.txt" | head -30
   done
+}
+
+# One decode step as its kernels ran in the replayed graph, overlaps included (Nsight Systems,
+# graph nodes traced; tools/gpu/nsys_step.py): PROFILE="CONFIG DTYPE", BATCH (1). The GPU
+# machine has only the nsys inside Nsight Compute; its report importer needs libdw1 and libelf1,
+# added to .devdeps by hand (`cd .devdeps && apt-get download libdw1 libelf1`: pack-debs would
+# bring their compression libraries too, ahead of the machine's own). Under nsys the step runs
+# ~10% slower than in bench decode.
+stage_timeline() {
+  set -- ${PROFILE:-qwen3-next-80b-a3b fp8}
+  local nsys f="$OUT/timeline_$1_b${BATCH:-1}"
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+    /opt/nvidia/nsight-compute/*/host/*/nsys 2>/dev/null | head -1)
+  [ -n "$nsys" ] || { echo "timeline: no nsys on this machine"; return 1; }
+  timeout 200 "$nsys" profile --cuda-graph-trace=node --trace=cuda -o "$f" --force-overwrite true \
+    $B/hibana bench decode --device cuda --load-format dummy --config bench/configs/$1.json \
+    --dtype $2 --batch ${BATCH:-1} --context 4096 --steps 8 >"$f.log" 2>&1
+  grep -E -A1 "tokens/s" "$f.log" | tail -2
+  if [ ! -f "$f.nsys-rep" ] && [ -f "$f.qdstrm" ]; then  # nsys without its importer beside it
+    local imp
+    imp=$(ls /opt/nvidia/nsight-compute/*/host/*/QdstrmImporter 2>/dev/null | head -1)
+    [ -n "$imp" ] && timeout 200 "$imp" -i "$f.qdstrm" >"$f.import.log" 2>&1
+  fi
+  timeout 200 "$nsys" stats --report cuda_gpu_trace --format csv --output "$f" "$f.nsys-rep" \
+    >"$f.stats.log" 2>&1
+  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" --layers 4 >"$f.txt" 2>&1
+  head -${LINES_SHOWN:-60} "$f.txt"
+  rm -f "$f.nsys-rep" "$f.sqlite" "$f.qdstrm"
 }
 
 # PROFILE=none skips the step; DTYPE picks the matmuls' weights (bf16).
@@ -421,6 +449,7 @@ for s in "$@"; do
     serve) stage_serve ;;
     tiers) stage_tiers ;;
     profile) stage_profile ;;
+    timeline) stage_timeline ;;
     matmul) stage_matmul ;;
     floor) stage_floor ;;
     stream) stage_stream ;;

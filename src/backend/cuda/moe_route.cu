@@ -40,8 +40,10 @@ __device__ __forceinline__ unsigned prob_key(float p) {
 // with the same weights. Each round a lane finds its largest key (the lowest expert among equal
 // keys: a tree of adjacent pairs, whose right halves hold the higher experts), then the warp
 // the largest of those and the lowest expert holding it (two warp reductions).
+// Returns the expert of pair `lane` of the token where its pairs fit the warp (k, with a shared
+// expert k + 1, at most 32), else -1.
 template <int kPer>
-__device__ __forceinline__ void route_token(const RouteArgs& a, int64_t t, int lane) {
+__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane) {
   const int64_t E = a.E;
   const int k = a.k;
   const float gate = a.shared_gate ? a.shared_gate[t * a.ldg] : 0.0f;  // (loaded with the logits)
@@ -141,6 +143,8 @@ __device__ __forceinline__ void route_token(const RouteArgs& a, int64_t t, int l
     a.ids[t * a.ldo + k] = static_cast<int32_t>(E);
     a.weights[t * a.ldo + k] = sigmoid_f(gate);
   }
+  if (a.ldo > 32) return -1;
+  return lane < k ? mine_e : lane < a.ldo ? static_cast<int>(E) : -1;
 }
 
 template <int kPer>
@@ -288,6 +292,48 @@ __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs a,
   group_pairs(g);
 }
 
+// route_and_group for one token (decode at batch 1), one warp: the routing as above, then the
+// grouping group_pairs would give, without its barriers. The token's pairs go to distinct
+// experts (the top-k's picks, and the shared expert past them), so each active expert has one
+// row and one tile: a pair's place in the grouped order is the number of pairs with a lower
+// expert. offsets[x] is the number of pairs below expert x, found 32 experts at a time from
+// the bits of the experts the warp's pairs hold in that range. Against route_group_kernel's
+// 1024 threads: 6.2 -> 4.7 us of the 80B's batch-1 step per MoE layer, the step 1.032 times as
+// fast on an H100 (tools/gpu/check.sh timeline and ab; docs/benchmarks.md, nineteenth slice).
+// (route_group_kernel with one warp instead of 1024 threads was slower: 6.9 us.)
+template <int kPer>
+__global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g) {
+  pdl_start();
+  const int lane = threadIdx.x;
+  const int e = route_token<kPer>(a, 0, lane), E = g.E;
+  const bool valid = e >= 0 && e < E;  // (group_pairs skips ids outside [0, E) too)
+  int below = 0;  // pairs of this token with a lower expert
+  for (int j = 0; j < 32; ++j) {
+    const int ej = __shfl_sync(~0u, e, j);
+    below += ej >= 0 && ej < E && ej < e;
+  }
+  const unsigned same = __match_any_sync(~0u, e);  // (every lane calls it)
+  assert(!valid || __popc(same) == 1);              // distinct experts
+  (void)same;
+  if (valid) {
+    g.rows[below] = lane;
+    g.active[below] = e;
+    g.tile_start[below] = below;
+  }
+  const int n = __popc(__ballot_sync(~0u, valid));
+  if (lane == 0) {
+    *g.n_active = n;
+    g.tile_start[n] = n;
+  }
+  int base = 0;
+  for (int x0 = 0; x0 <= E; x0 += 32) {
+    const bool here = valid && e >= x0 && e < x0 + 32;
+    const unsigned bits = __reduce_or_sync(~0u, here ? 1u << (e - x0) : 0u);
+    if (x0 + lane <= E) g.offsets[x0 + lane] = base + __popc(bits & ((1u << lane) - 1u));
+    base += __popc(bits);
+  }
+}
+
 RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                      Tensor ids, Tensor weights) {
   const int64_t E = logits.shape[1];
@@ -349,8 +395,14 @@ void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Te
         "route_and_group: tokens or pairs");
   if (a.T == 0) return;
   with_keys_per_lane(a, [&](auto per) {
-    launch_pdl(route_group_kernel<decltype(per)::value>, 1, kGroupThreads,
-               2 * g.E * sizeof(int32_t), a, group_args(ids.ptr<int32_t>(), g));
+    constexpr int kPer = decltype(per)::value;
+    if (a.T == 1 && a.ldo <= 32) {
+      launch_pdl(route_one_kernel<kPer>, 1, 32, 0, a, group_args(ids.ptr<int32_t>(), g));
+      launched("route_one_kernel");
+      return;
+    }
+    launch_pdl(route_group_kernel<kPer>, 1, kGroupThreads, 2 * g.E * sizeof(int32_t), a,
+               group_args(ids.ptr<int32_t>(), g));
     launched("route_group_kernel");
   });
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Where one replayed decode step's time goes with its kernels overlapping as they do in the
+graph (programmatic dependent launch on), from Nsight Systems' kernel trace
+(`nsys stats --report cuda_gpu_trace --format csv` of `nsys profile --cuda-graph-trace=node`;
+tools/gpu/check.sh timeline). Nsight Compute's step profile (ncu_step.py) times each kernel
+alone; this one takes them as they ran.
+
+  nsys_step.py TRACE.csv [--layers N]
+
+The step is the kernels from the last embedding launch on. Each kernel's "critical" time is
+what it added to the step's span: the part of it that ends after every kernel started before
+it had ended. The groups are printed heaviest first by that time, then the first N layers'
+kernels in order (start relative to the step, duration, overlap with the kernel before:
+negative is a gap).
+"""
+import argparse
+import collections
+import csv
+
+
+def rows(path):
+    lines = open(path).read().splitlines()
+    start = next(i for i, l in enumerate(lines) if "Start" in l and "Name" in l)
+    out = []
+    for r in csv.DictReader(lines[start:]):
+        name = r.get("Name", "")
+        if not name or "[CUDA mem" in name:
+            continue
+        start_ns = int(float(r.get("Start (ns)", "0").replace(",", "")))
+        dur = int(float(r.get("Duration (ns)", "0").replace(",", "")))
+        grid = "({},{},{})".format(r.get("GrdX", "?"), r.get("GrdY", "?"), r.get("GrdZ", "?"))
+        out.append((start_ns, dur, name, grid))
+    out.sort()
+    return out
+
+
+def short(name):
+    name = name.replace("void ", "")
+    depth = 0
+    for i, ch in enumerate(name):  # the arguments start at the first "(" outside "<>"
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    base = name
+    tmpl = ""
+    if "<" in base:
+        base, tmpl = base.split("<", 1)
+        tmpl = tmpl.rsplit(">", 1)[0]
+    return base.split("::")[-1] + (f"<{tmpl[:48]}>" if tmpl else "")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--layers", type=int, default=2)
+    a = ap.parse_args()
+    ks = rows(a.trace)
+    last = max((i for i, k in enumerate(ks) if "embedding" in k[2]), default=0)
+    step = ks[last:]
+    if not step:
+        print("no kernels")
+        return
+    t0 = step[0][0]
+    span = max(s + d for s, d, _, _ in step) - t0
+    busy = sum(d for _, d, _, _ in step)
+    groups = collections.OrderedDict()
+    end_so_far = t0
+    timeline = []
+    for s, d, name, grid in step:
+        crit = max(0, s + d - max(end_so_far, s))
+        gap = max(0, s - end_so_far)
+        key = (short(name), grid)
+        g = groups.setdefault(key, [0, 0, 0, 0])
+        g[0] += 1
+        g[1] += d
+        g[2] += crit
+        g[3] += gap
+        timeline.append((s - t0, d, s - end_so_far, key))
+        end_so_far = max(end_so_far, s + d)
+    gaps = sum(g[3] for g in groups.values())
+    print(f"one step: {len(step)} kernels, span {span / 1e3:.1f} us, kernel time {busy / 1e3:.1f}"
+          f" us (overlap {busy / span:.2f}x), idle gaps {gaps / 1e3:.1f} us")
+    print(f"{'crit us':>9} {'share':>6} {'calls':>5} {'us/call':>8} {'crit/call':>9}"
+          f" {'gap/call':>8}  kernel grid")
+    for (name, grid), (n, d, c, gp) in sorted(groups.items(), key=lambda kv: -kv[1][2]):
+        print(f"{c / 1e3:9.1f} {c / span * 100:5.1f}% {n:5d} {d / n / 1e3:8.2f} {c / n / 1e3:9.2f}"
+              f" {gp / n / 1e3:8.2f}  {name} {grid}")
+    # The first layers in order: from the first kernel after the embedding up to the layers
+    # asked for (a layer ends where the step's first norm-like kernel repeats).
+    print(f"\nthe step's first kernels in order (start us, duration us, overlap with the end so"
+          f" far: negative = gap)")
+    per_layer = max(1, len(step) // 48)
+    for start, d, ov, (name, grid) in timeline[: 1 + a.layers * per_layer + 4]:
+        print(f"{start / 1e3:9.2f} {d / 1e3:8.2f} {-ov / 1e3:8.2f}  {name} {grid}")
+
+
+if __name__ == "__main__":
+    main()

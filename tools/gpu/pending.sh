@@ -6,7 +6,7 @@
 # every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
-# split-K), `8` (the 80B step's profile, op_chain's release points, HIBANA_CUDA_RELEASE_BEFORE_WAIT).
+# split-K), `8` (the 80B step's timeline and profile, op_chain's release points).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -86,9 +86,9 @@ call5() {
   WHOLE=1 BATCHES=1,8 timeout 100 tools/gpu/check.sh bench-8b 2>&1 | tail -4
 }
 
-# The eighteenth slice's 6 KiB fp8 ring on the H200 against the tree before it (here, first:
-# tools/gpu/ab_ref.sh a3628f5, then carry .abref), every CUDA test; then (7) the smaller fp8
-# rings (4 and 5 KiB, 1 KiB stages) and the 80B step's per-kernel profile with the new ring.
+# The eighteenth and nineteenth slices (the 6 KiB fp8 ring, routing at batch 1 by one warp) on
+# the H200 against the tree before both (here, first: tools/gpu/ab_ref.sh a3628f5, then carry
+# .abref), every CUDA test; then (7) the smaller fp8 rings (4 and 5 KiB, 1 KiB stages).
 call6() {
   ROUNDS=1 BATCHES=1,8,32,64 timeout 420 tools/gpu/check.sh ab 2>&1 | tail -18
   timeout 150 tools/gpu/check.sh tests 2>&1 | tail -4
@@ -106,15 +106,16 @@ call7() {
   # (132: one split for K = 2048 at batch 1)
   KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132" timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
+# The 80B step on the H200 as it overlaps (timeline: .devdeps needs libdw1 and libelf1, see
+# check.sh) and each kernel alone (profile), then op_chain's release points: at the end,
+# before the wait, after it (the engine's way). (HIBANA_CUDA_RELEASE_BEFORE_WAIT=1 was timed on
+# an H100 in the nineteenth slice: 0.968 at batch 1; it stays off.)
 call8() {
   [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  LINES_SHOWN=40 timeout 100 tools/gpu/check.sh timeline 2>&1 | tail -40
+  BATCH=8 LINES_SHOWN=20 timeout 100 tools/gpu/check.sh timeline 2>&1 | tail -20
   PROFILE="qwen3-next-80b-a3b fp8" SHAPES=none timeout 300 tools/gpu/check.sh profile 2>&1 | tail -40
-  # op_chain's release points: at the end, before the wait, after it (the engine's way); then
-  # the plain decode products releasing before their wait, tested and timed.
   timeout 100 tools/gpu/check.sh chain 2>&1 | grep -E '^(bare|graph)|DIFFER|NaN'
-  KNOBS=HIBANA_CUDA_RELEASE_BEFORE_WAIT=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_RELEASE_BEFORE_WAIT \
-    VALUES="0 1" timeout 90 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
 
 # ncu_stalls NAME REGEX CMD...: Nsight Compute's full sections for the first kernel whose

@@ -163,7 +163,7 @@ stage_timeline() {
   fi
   timeout 200 "$nsys" stats --report cuda_gpu_trace --format csv --output "$f" "$f.nsys-rep" \
     >"$f.stats.log" 2>&1
-  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" --layers 4 >"$f.txt" 2>&1
+  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" >"$f.txt" 2>&1
   head -${LINES_SHOWN:-60} "$f.txt"
   rm -f "$f.nsys-rep" "$f.sqlite" "$f.qdstrm"
 }

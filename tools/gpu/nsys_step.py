@@ -5,13 +5,13 @@ graph (programmatic dependent launch on), from Nsight Systems' kernel trace
 tools/gpu/check.sh timeline). Nsight Compute's step profile (ncu_step.py) times each kernel
 alone; this one takes them as they ran.
 
-  nsys_step.py TRACE.csv [--layers N]
+  nsys_step.py TRACE.csv [--kernels N]
 
 The step is the kernels from the last embedding launch on. Each kernel's "critical" time is
 what it added to the step's span: the part of it that ends after every kernel started before
-it had ended. The groups are printed heaviest first by that time, then the first N layers'
-kernels in order (start relative to the step, duration, overlap with the kernel before:
-negative is a gap).
+it had ended. The groups are printed heaviest first by that time, then the step's first N
+kernels (60) in order: start and end relative to the step, duration, and critical time — read
+down that column, it is the chain of a layer's kernels.
 """
 import argparse
 import collections
@@ -35,7 +35,8 @@ def rows(path):
 
 
 def short(name):
-    name = name.replace("void ", "")
+    for anon in ("void ", "<unnamed>::", "(anonymous namespace)::"):
+        name = name.replace(anon, "")
     depth = 0
     for i, ch in enumerate(name):  # the arguments start at the first "(" outside "<>"
         depth += (ch == "<") - (ch == ">")
@@ -47,13 +48,15 @@ def short(name):
     if "<" in base:
         base, tmpl = base.split("<", 1)
         tmpl = tmpl.rsplit(">", 1)[0]
-    return base.split("::")[-1] + (f"<{tmpl[:48]}>" if tmpl else "")
+    for noise in ("hibana::cuda::", "(bool)", "(Elt)", "(int)"):
+        tmpl = tmpl.replace(noise, "")
+    return base.split("::")[-1] + (f"<{tmpl[:60]}>" if tmpl else "")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
-    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--kernels", type=int, default=60)
     a = ap.parse_args()
     ks = rows(a.trace)
     last = max((i for i, k in enumerate(ks) if "embedding" in k[2]), default=0)
@@ -76,7 +79,7 @@ def main():
         g[1] += d
         g[2] += crit
         g[3] += gap
-        timeline.append((s - t0, d, s - end_so_far, key))
+        timeline.append((s - t0, d, crit, key))
         end_so_far = max(end_so_far, s + d)
     gaps = sum(g[3] for g in groups.values())
     print(f"one step: {len(step)} kernels, span {span / 1e3:.1f} us, kernel time {busy / 1e3:.1f}"
@@ -86,13 +89,11 @@ def main():
     for (name, grid), (n, d, c, gp) in sorted(groups.items(), key=lambda kv: -kv[1][2]):
         print(f"{c / 1e3:9.1f} {c / span * 100:5.1f}% {n:5d} {d / n / 1e3:8.2f} {c / n / 1e3:9.2f}"
               f" {gp / n / 1e3:8.2f}  {name} {grid}")
-    # The first layers in order: from the first kernel after the embedding up to the layers
-    # asked for (a layer ends where the step's first norm-like kernel repeats).
-    print(f"\nthe step's first kernels in order (start us, duration us, overlap with the end so"
-          f" far: negative = gap)")
-    per_layer = max(1, len(step) // 48)
-    for start, d, ov, (name, grid) in timeline[: 1 + a.layers * per_layer + 4]:
-        print(f"{start / 1e3:9.2f} {d / 1e3:8.2f} {-ov / 1e3:8.2f}  {name} {grid}")
+    print(f"\nthe step's first {a.kernels} kernels in order")
+    print(f"{'start us':>9} {'end us':>9} {'dur us':>8} {'crit us':>8}  kernel grid")
+    for start, d, crit, (name, grid) in timeline[: a.kernels]:
+        print(f"{start / 1e3:9.2f} {(start + d) / 1e3:9.2f} {d / 1e3:8.2f} {crit / 1e3:8.2f}"
+              f"  {name} {grid}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 # every batch), `3` (the tests with the remaining switches on, the 80B at batch 32 and 64, the
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
-# split-K), `8` (the 80B step's timeline and profile, op_chain's release points).
+# split-K), `8` (the 80B step's timeline and profile, op_chain's release points), `9` (the
+# experts' gate/up under Nsight Compute).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -156,6 +157,22 @@ call4() {
   done
 }
 
+# Why the 80B's expert gate/up is slow (20.6% of the batch-1 step, nineteenth slice; more
+# bytes in flight made it slower): Nsight Compute on it and on the expert down projection
+# (demangled names: <Elt, grouped, shared x, packed, ring, paired>), then the down
+# projection without its prefetch (which streams beside the gate/up).
+call9() {
+  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  local run=($B/hibana bench decode --device cuda --load-format dummy --dtype fp8 --batch 1
+    --config bench/configs/qwen3-next-80b-a3b.json --context 4096 --steps 4)
+  # (template arguments as ncu prints them: 1, true or (bool)1)
+  local on='[^,]*(1|true)' off='[^,>]*(0|false)'
+  ncu_stalls gate_up "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $on>" "${run[@]}"
+  ncu_stalls down "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $off>" "${run[@]}"
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_GROUPED_PREFETCH \
+    VALUES="1 0" timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -171,6 +188,7 @@ case "${1:-}" in
   6) call6 ;;
   7) call7 ;;
   8) call8 ;;
+  9) call9 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|ring" >&2; exit 2 ;;
 esac

@@ -396,7 +396,8 @@ TEST_F(CudaFusedOps, GatedNormInTheMatmulHasTheBitsOfTheNormThenTheMatmul) {
 // routed experts of 16 and the shared one (expert 16): two batches of the combine's loads.
 // Rows of 2048 (the 80B's) and 7000 (past the values a thread keeps in registers) take the one
 // kernel (no add_rmsnorm op of its own), 512 (add_rmsnorm's two kernels) does not; 1, 5 and
-// 40 tokens, plain and zero-centred norms.
+// 40 tokens, plain and zero-centred norms. Both forms of the kernel: one CTA per token, and the
+// combine's CTAs with the norm by each token's last (HIBANA_CUDA_COMBINE_NORM_SPLIT=1).
 TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -404,7 +405,8 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
   for (const int64_t H : {int64_t{2048}, int64_t{7000}, int64_t{512}}) {
     const PooledExperts pooled(*this, E + 1, H, I);
     for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{40}}) {
-      for (const char* knobs : {"0 0", "0 1", "1 1"}) {  // zero-centred, fused routing
+      // zero-centred, fused routing, the split form
+      for (const char* knobs : {"0 0 0", "0 1 0", "1 1 0", "0 0 1", "1 1 1"}) {
         SCOPED_TRACE(testing::Message() << H << " wide, " << T << " tokens, " << knobs);
         const bool zc = knobs[0] == '1';
         std::vector<float> logits = randn(T * E, 51), gate = randn(T, 55), xn = randn(T * H, 52),
@@ -424,6 +426,7 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
           if (fused) {
             ScopedEnv norm("HIBANA_CUDA_FUSED_COMBINE_NORM", "1");
             ScopedEnv route("HIBANA_CUDA_FUSED_ROUTING", knobs[2] == '1' ? "1" : "0");
+            ScopedEnv split("HIBANA_CUDA_COMBINE_NORM_SPLIT", knobs[4] == '1' ? "1" : "0");
             timed->moe_route_experts(o.xn, lg, k, true, gd, pooled.dev, o.ids, o.weights, o.out,
                                      &then);
             const std::string ops = timed->timing_report();

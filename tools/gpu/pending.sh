@@ -7,7 +7,7 @@
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
 # split-K), `8` (the 80B step's timeline and profile, op_chain's release points), `9` (the
-# experts' gate/up under Nsight Compute).
+# experts' gate/up under Nsight Compute, the combine's split form tested and timed).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -159,8 +159,10 @@ call4() {
 
 # Why the 80B's expert gate/up is slow (20.6% of the batch-1 step, nineteenth slice; more
 # bytes in flight made it slower): Nsight Compute on it and on the expert down projection
-# (demangled names: <Elt, grouped, shared x, packed, ring, paired>), then the down
-# projection without its prefetch (which streams beside the gate/up).
+# (demangled names: <Elt, grouped, shared x, packed, ring, paired>). Then the combine's split
+# form with the norm by each token's last CTA (HIBANA_CUDA_COMBINE_NORM_SPLIT, compiled only in
+# the nineteenth slice: its bit test, the model and engine tests with it on), timed beside the
+# down projection without its prefetch (which streams beside the gate/up).
 call9() {
   [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   local run=($B/hibana bench decode --device cuda --load-format dummy --dtype fp8 --batch 1
@@ -169,8 +171,12 @@ call9() {
   local on='[^,]*(1|true)' off='[^,>]*(0|false)'
   ncu_stalls gate_up "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $on>" "${run[@]}"
   ncu_stalls down "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $off>" "${run[@]}"
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 KNOB=HIBANA_CUDA_GROUPED_PREFETCH \
-    VALUES="1 0" timeout 120 tools/gpu/check.sh sweep 2>&1 | tail -6
+  timeout 60 $B/tests/backend_tests --gtest_filter='CudaFusedOps.CombineAddAndNorm*' \
+    --gtest_brief=1 2>&1 | tail -3
+  KNOBS=HIBANA_CUDA_COMBINE_NORM_SPLIT=1 timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
+    VARIANTS="base;HIBANA_CUDA_COMBINE_NORM_SPLIT=1;HIBANA_CUDA_GROUPED_PREFETCH=0" \
+    timeout 150 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
 # op_chain's ring kernel under Nsight Compute (no engine build needed).

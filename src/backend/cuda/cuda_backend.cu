@@ -250,8 +250,12 @@ bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", false
 // HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
 // bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
-// spreads over 8).
+// spreads over 8); 1.004 on an H100 in the nineteenth slice (docs/benchmarks.md).
 bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
+// HIBANA_CUDA_COMBINE_NORM_SPLIT=1: the same three ops in one launch with the combine spread
+// over its usual CTAs and each token's norm by its last CTA to finish (the same bits; takes
+// precedence over FUSED_COMBINE_NORM). Off until measured: compiled only.
+bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLIT", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
@@ -502,7 +506,9 @@ class CudaBackend final : public Backend {
                          Tensor weights, Tensor out, const ResidualNorm* then) override {
     // The norm joins the combine's kernel only where add_rmsnorm would be one kernel, and for a
     // decode batch (kCombineNormTokens); else it stays an op of its own after the experts.
-    const bool norm = then && fused_combine_norm() && x.shape[0] <= cuda::kCombineNormTokens &&
+    const bool split_norm = combine_norm_split();
+    const bool norm = then && (split_norm || fused_combine_norm()) &&
+                      x.shape[0] <= cuda::kCombineNormTokens &&
                       cuda::add_rmsnorm_is_wide(then->x, then->weight, then->normed);
     const bool route =
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
@@ -511,7 +517,7 @@ class CudaBackend final : public Backend {
         Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
-                                {route, fused_swiglu(), grouped_prefetch()});
+                                {route, fused_swiglu(), grouped_prefetch(), split_norm});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

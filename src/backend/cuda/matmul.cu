@@ -234,6 +234,8 @@ int* tile_counters(size_t count) {
 
 }  // namespace
 
+int* finish_counters(size_t count) { return tile_counters(count); }
+
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups) {
   auto partial =

@@ -212,6 +212,10 @@ __device__ __forceinline__ void split_sums(const float* partial, const int64_t (
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups);
 
+// `count` zeroed counters for last_to_finish, shared with the split-parallel launches (each
+// user resets its own before it ends: kernels that use them run one after another).
+int* finish_counters(size_t count);
+
 // Fills the weight / activation fields of p.
 void describe_weight(const Weight& w, Params& p);
 void describe_x(const Tensor& x, Params& p);

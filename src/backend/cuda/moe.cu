@@ -157,6 +157,31 @@ __global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's 
                                r.normed + t * r.ldn);
 }
 
+// The same three ops with the combine spread as moe_combine_kernel spreads it: CTA (b, t) takes
+// columns b * kWideThreads .. of token t, stores their combine and adds it to x there (x + out,
+// the add of add_rmsnorm's wide kernel); the token's last CTA to finish (last_to_finish: the
+// others' stores are visible to it) then normalises the row from L2 with wide_norm_group, as
+// add_rmsnorm's wide kernel does after its add. The bits of the three ops; one launch fewer than
+// them, and no token's combine left to one CTA (combine_add_norm_kernel). counters: [T], zero.
+__global__ void __launch_bounds__(kWideThreads)
+    combine_add_norm_split_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r, int* counters) {
+  const int64_t H = p.H, t = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideThreads + threadIdx.x;
+  float wv[kWideCached];
+  wide_norm_weights(r.w, H, wv);  // constants: before the wait (the last CTA's use)
+  pdl_start();
+  float* xr = r.x + t * r.ldx;
+  if (c < H) {
+    float acc[1];
+    combine_columns(p, t, c, 0, acc);
+    out[t * ldo + c] = acc[0];
+    xr[c] = xr[c] + acc[0];
+  }
+  if (!mm::last_to_finish(counters + t, static_cast<int>(gridDim.x))) return;
+  wide_norm_group<false, false, true>(xr, nullptr, nullptr, r.w, wv, r.eps, r.zero_centred, H,
+                                      r.normed + t * r.ldn);
+}
+
 // Expert parallelism: ids in [first, first + count) become local indices, others -1 with
 // weight 0.
 __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs, int64_t first,
@@ -181,7 +206,8 @@ namespace {
 // kernel (which must be add_rmsnorm's wide kernel).
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down) {
+                     const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down,
+                     bool split_norm = false) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -243,6 +269,14 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                          then->weight.ptr<float>(), then->eps,
                          then->zero_centred,        then->normed.ptr<float>(),
                          ld(then->normed)};
+    if (split_norm) {
+      const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
+                      static_cast<unsigned>(T));
+      launch_pdl(combine_add_norm_split_kernel, grid, kWideThreads, 0, pairs_out,
+                 out.ptr<float>(), ld(out), r, mm::finish_counters(static_cast<size_t>(T)));
+      launched("combine_add_norm_split_kernel");
+      return;
+    }
     launch_pdl(combine_add_norm_kernel, static_cast<unsigned>(T), kWideThreads, 0, pairs_out,
                out.ptr<float>(), ld(out), r);
     launched("combine_add_norm_kernel");
@@ -294,7 +328,8 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
-  experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down);
+  experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
+                  f.split_norm);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

@@ -28,20 +28,22 @@ __device__ __forceinline__ void wide_norm_weights(const float* w, int64_t G,
 // values in registers, with their weights (wv: wide_norm_weights) and gates, so every load of a
 // pass issues before any store — a store may alias a later load (x is updated in place, y may
 // be x), so interleaved, each load waits for the one before (a 4096-wide add + norm took 14.2
-// us on the H200 that way).
-template <bool kGated, bool kAdd>
+// us on the H200 that way). kL2: x is read from L2 (__ldcg), where other CTAs of the kernel
+// wrote it (the combine's split form, moe.cu).
+template <bool kGated, bool kAdd, bool kL2 = false>
 __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr, const float* ar,
                                                 const float* w, const float (&wv)[kWideCached],
                                                 float eps, bool zero_centred, int64_t G,
                                                 float* yr) {
   float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
-  auto load = [&](int64_t i) {         // x[i], after the residual add (each i by one thread only)
+  auto x_at = [&](int64_t i) { return kL2 ? __ldcg(xr + i) : xr[i]; };
+  auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
     if constexpr (kAdd) {
-      const float s = xr[i] + ar[i];
+      const float s = x_at(i) + ar[i];
       xw[i] = s;
       return s;
     } else {
-      return xr[i];
+      return x_at(i);
     }
   };
   __shared__ float part[kWideThreads / 32];
@@ -49,7 +51,7 @@ __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr
 #pragma unroll
   for (int j = 0; j < kWideCached; ++j) {
     const int64_t i = threadIdx.x + kWideThreads * j;
-    v[j] = i < G ? xr[i] : 0.0f;
+    v[j] = i < G ? x_at(i) : 0.0f;
     if constexpr (kGated) zv[j] = i < G ? zr[i] : 0.0f;
   }
   if constexpr (kAdd) {
@@ -94,7 +96,7 @@ __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr
     yr[i] = y;
   }
   for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < G; i += kWideThreads) {
-    float y = norm(xr[i], w[i]);
+    float y = norm(x_at(i), w[i]);
     if constexpr (kGated) y *= silu_f(zr[i]);
     yr[i] = y;
   }

@@ -80,8 +80,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
 // holds a token's combine in registers, 167 a thread, one CTA per SM, which a long prefill's
 // thousands of CTAs would feel).
 constexpr int64_t kCombineNormTokens = 64;
+// split_norm: with `then`, the combine keeps its CTAs (kWideThreads columns each) and each
+// token's last CTA to finish applies the norm, instead of one CTA per token for all of it.
 struct MoeFusions {
-  bool route, swiglu, prefetch_down;
+  bool route, swiglu, prefetch_down, split_norm;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

@@ -7,7 +7,8 @@
 # attention split sweep), `4` (racecheck, Nsight Compute of the tiled matmul both ways), `6` (the
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
 # split-K), `8` (the 80B step's timeline and profile, op_chain's release points), `9` (the
-# experts' gate/up under Nsight Compute, the combine's split form tested and timed).
+# experts' gate/up under Nsight Compute, the combine's split form tested and timed), `10` (the
+# decode fusions that lost, again).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -179,6 +180,16 @@ call9() {
     timeout 150 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
+# The decode fusions that lost before the 6 KiB ring and the batch-1 routing (sixteenth slice:
+# 0.991 and 0.993), again on the tree as it is, with the attention split of 64 (seventeenth:
+# 1.008): each a knob, one build.
+call10() {
+  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 VARIANTS="base;HIBANA_CUDA_FUSED_MATMUL_NORM=1;\
+HIBANA_CUDA_FUSED_MATMUL_CONV=1;HIBANA_CUDA_ATTENTION_SPLIT=64" \
+    timeout 240 tools/gpu/check.sh sweep 2>&1 | tail -10
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -195,6 +206,7 @@ case "${1:-}" in
   7) call7 ;;
   8) call8 ;;
   9) call9 ;;
+  10) call10 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|ring" >&2; exit 2 ;;
 esac

@@ -183,11 +183,22 @@ call9() {
 # The decode fusions that lost before the 6 KiB ring and the batch-1 routing (sixteenth slice:
 # 0.991 and 0.993), again on the tree as it is, with the attention split of 64 (seventeenth:
 # 1.008): each a knob, one build.
+# Then the timeline of the batch-1 SwiGLU gate/up with a 12 KiB ring (5 stages in flight, not 2):
+# alone it streams 22 MB in 16.3 us (ncu, H100), with ~21 KB in flight per SM against the input
+# projection's ~47 KB, yet that ring made the step 2% slower (nineteenth slice). Its own
+# critical time says whether the gate/up got faster and something else slower.
 call10() {
   [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 VARIANTS="base;HIBANA_CUDA_FUSED_MATMUL_NORM=1;\
 HIBANA_CUDA_FUSED_MATMUL_CONV=1;HIBANA_CUDA_ATTENTION_SPLIT=64" \
     timeout 240 tools/gpu/check.sh sweep 2>&1 | tail -10
+  local f=src/backend/cuda/matmul_gemv.cu
+  cp $f $B/gemv.orig
+  sed -i -E 's/constexpr int kBig = kRingPerWarp<E, kPacked>,/constexpr int kBig = kPaired \&\& kPacked \&\& E == Elt::fp8 ? 12 << 10 : kRingPerWarp<E, kPacked>,/' $f
+  cmp -s $f $B/gemv.orig && echo "call10: the ring edit changed nothing"
+  timeout 200 cmake --build $B -j16 --target hibana >"$OUT/p12_build.log" 2>&1 &&
+    LINES_SHOWN=30 timeout 100 tools/gpu/check.sh timeline 2>&1 | tail -28
+  cp $B/gemv.orig $f
 }
 
 # op_chain's ring kernel under Nsight Compute (no engine build needed).

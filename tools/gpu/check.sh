@@ -161,6 +161,11 @@ stage_timeline() {
     imp=$(ls /opt/nvidia/nsight-compute/*/host/*/QdstrmImporter 2>/dev/null | head -1)
     [ -n "$imp" ] && timeout 200 "$imp" -i "$f.qdstrm" >"$f.import.log" 2>&1
   fi
+  if [ ! -f "$f.nsys-rep" ]; then
+    echo "timeline: no report; $(tail -1 "$f.import.log" 2>/dev/null) (the importer needs libdw1" \
+      "and libelf1 in .devdeps)"
+    return 1
+  fi
   timeout 200 "$nsys" stats --report cuda_gpu_trace --format csv --output "$f" "$f.nsys-rep" \
     >"$f.stats.log" 2>&1
   python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" >"$f.txt" 2>&1

@@ -217,9 +217,10 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   }
 }
 
-// Zeroed tile counters for the split reductions, kept for the life of the program (each
-// reducing CTA leaves its counter at zero again).
-int* tile_counters(size_t count) {
+}  // namespace
+
+// Kept for the life of the program: each user leaves its counters at zero again.
+int* finish_counters(size_t count) {
   static std::mutex m;
   static Buffer buf;
   std::lock_guard<std::mutex> lock(m);
@@ -232,16 +233,12 @@ int* tile_counters(size_t count) {
   return static_cast<int*>(buf.data());
 }
 
-}  // namespace
-
-int* finish_counters(size_t count) { return tile_counters(count); }
-
 std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_t max_rows,
                                        int groups) {
   auto partial =
       std::make_unique<Scratch>(static_cast<size_t>(p.splits * p.M * p.N) * sizeof(float));
   p.partial = partial->as<float>();
-  p.counters = tile_counters(
+  p.counters = finish_counters(
       static_cast<size_t>(((p.N + bn - 1) / bn) * ((max_rows + bm - 1) / bm) * groups));
   return partial;
 }

@@ -295,9 +295,9 @@ __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs a,
 // route_and_group for one token (decode at batch 1), one warp: the routing as above, then the
 // grouping group_pairs would give, without its barriers. The token's pairs go to distinct
 // experts (the top-k's picks, and the shared expert past them), so each active expert has one
-// row and one tile: a pair's place in the grouped order is the number of pairs with a lower
-// expert. offsets[x] is the number of pairs below expert x, found 32 experts at a time from
-// the bits of the experts the warp's pairs hold in that range. Against route_group_kernel's
+// row and one tile: a pair's place in the grouped order is offsets[its expert], the number of
+// pairs with a lower expert. offsets[x] is found 32 experts at a time from the bits of the
+// experts the warp's pairs hold in that range. Against route_group_kernel's
 // 1024 threads: 6.2 -> 4.7 us of the 80B's batch-1 step per MoE layer, the step 1.032 times as
 // fast on an H100 (tools/gpu/check.sh timeline and ab; docs/benchmarks.md, nineteenth slice).
 // (route_group_kernel with one warp instead of 1024 threads was slower: 6.9 us.)
@@ -307,30 +307,25 @@ __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g)
   const int lane = threadIdx.x;
   const int e = route_token<kPer>(a, 0, lane), E = g.E;
   const bool valid = e >= 0 && e < E;  // (group_pairs skips ids outside [0, E) too)
-  int below = 0;  // pairs of this token with a lower expert
-  for (int j = 0; j < 32; ++j) {
-    const int ej = __shfl_sync(~0u, e, j);
-    below += ej >= 0 && ej < E && ej < e;
-  }
   const unsigned same = __match_any_sync(~0u, e);  // (every lane calls it)
   assert(!valid || __popc(same) == 1);              // distinct experts
   (void)same;
+  int below = 0, base = 0;  // below: this pair's place, the pairs with a lower expert
+  for (int x0 = 0; x0 <= E; x0 += 32) {
+    const bool here = valid && e >= x0 && e < x0 + 32;
+    const unsigned bits = __reduce_or_sync(~0u, here ? 1u << (e - x0) : 0u);
+    if (x0 + lane <= E) g.offsets[x0 + lane] = base + __popc(bits & ((1u << lane) - 1u));
+    if (here) below = base + __popc(bits & ((1u << (e - x0)) - 1u));
+    base += __popc(bits);
+  }
   if (valid) {
     g.rows[below] = lane;
     g.active[below] = e;
     g.tile_start[below] = below;
   }
-  const int n = __popc(__ballot_sync(~0u, valid));
-  if (lane == 0) {
-    *g.n_active = n;
-    g.tile_start[n] = n;
-  }
-  int base = 0;
-  for (int x0 = 0; x0 <= E; x0 += 32) {
-    const bool here = valid && e >= x0 && e < x0 + 32;
-    const unsigned bits = __reduce_or_sync(~0u, here ? 1u << (e - x0) : 0u);
-    if (x0 + lane <= E) g.offsets[x0 + lane] = base + __popc(bits & ((1u << lane) - 1u));
-    base += __popc(bits);
+  if (lane == 0) {  // base: every valid pair
+    *g.n_active = base;
+    g.tile_start[base] = base;
   }
 }
 

@@ -467,7 +467,7 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // one [2I, H] matrix, one grouped launch for both (as move_weights stacks them on a GPU), which
 // at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1), and whose
 // down projection may stream its weights before it waits (HIBANA_CUDA_GROUPED_PREFETCH=1):
-// the same bits.
+// the same bits. And one token with its routing in the same op (moe_route_experts).
 void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
   const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
@@ -508,6 +508,24 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
         EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
             << m << " tokens, fused SwiGLU and down prefetch " << knobs;
       }
+    }
+    // One token through moe_route_experts (its routing and its experts in one op), whose
+    // gate/up launches split the token's activations before their wait
+    // (HIBANA_CUDA_EXPERTS_X_EARLY, on by default) or after it: the same ids, and the bits of
+    // the token in the batch of 40, either way.
+    const Tensor lg = t.upload(logits.data(), DType::f32, {1, E});
+    for (const char* early : {"1", "0"}) {
+      ScopedEnv knob("HIBANA_CUDA_EXPERTS_X_EARLY", early);
+      const std::vector<int32_t> zero(k, 0);
+      Tensor one_ids = t.upload(zero.data(), DType::i32, {1, k});
+      Tensor one_w = t.device_f32(1, k), one = t.device_f32(1, H);
+      t.gpu->moe_route_experts(xd.slice_rows(0, 1), lg, k, true, Tensor{}, set.dev, one_ids, one_w,
+                               one, nullptr);
+      std::vector<int32_t> got_ids(k);
+      copy_to_host(one_ids, got_ids.data());
+      EXPECT_EQ(got_ids, std::vector<int32_t>(ids.begin(), ids.begin() + k)) << early;
+      EXPECT_EQ(std::memcmp(t.download(one).data(), all.data(), H * sizeof(float)), 0)
+          << "one token through moe_route_experts, x early " << early;
     }
   }
 }

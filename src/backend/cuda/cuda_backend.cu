@@ -238,15 +238,17 @@ bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); 
 // turns it off. Read at every call (tests switch it), as the others.
 bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
 // HIBANA_CUDA_FUSED_MATMUL_NORM=1: the DeltaNet's output projection applies the gated norm as its
-// decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off
-// until measured. (The norm inside the recurrence instead, a CTA per value head where 128 CTAs
+// decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off:
+// 0.991 and 0.977 on the 80B's decode at batch 1 (sixteenth and twentieth slices). (The norm inside the recurrence instead, a CTA per value head where 128 CTAs
 // held the state, was 2.1% slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth
 // slice; it is gone.)
 bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
-// HIBANA_CUDA_FUSED_MATMUL_CONV=1: a DeltaNet layer's input projection applies the conv as its
-// decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). Off
-// until measured.
-bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", false); }
+// HIBANA_CUDA_FUSED_MATMUL_CONV: a DeltaNet layer's input projection applies the conv as its
+// decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). On by
+// default: 80B decode 1.007 and 1.014 times as fast at batch 1 in two calls, 1.000 at 8 (H100,
+// docs/benchmarks.md, twentieth slice; 0.993 in the sixteenth, before the 6 KiB fp8 ring and
+// the routing by one warp); =0 turns it off.
+bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", true); }
 // HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
 // stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
 // bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
@@ -254,8 +256,14 @@ bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", false
 bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
 // HIBANA_CUDA_COMBINE_NORM_SPLIT=1: the same three ops in one launch with the combine spread
 // over its usual CTAs and each token's norm by its last CTA to finish (the same bits; takes
-// precedence over FUSED_COMBINE_NORM). Off until measured: compiled only.
-bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLIT", false); }
+// precedence over FUSED_COMBINE_NORM). On by default: 80B decode 1.014 times as fast at batch 1,
+// 1.008 at 8 (H100, docs/benchmarks.md, twentieth slice); =0 turns it off.
+bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLIT", true); }
+// HIBANA_CUDA_EXPERTS_X_EARLY: at batch 1 the experts' gate/up kernels split the token's
+// activations before their wait, before the routing is known (mm::Params::x_early; the same
+// bits). On by default (80B decode 1.018 times as fast at batch 1, H100, docs/benchmarks.md,
+// twentieth slice); =0 splits them after the wait.
+bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", true); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
@@ -517,7 +525,8 @@ class CudaBackend final : public Backend {
         Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
-                                {route, fused_swiglu(), grouped_prefetch(), split_norm});
+                                {route, fused_swiglu(), grouped_prefetch(), split_norm,
+                                 experts_x_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -151,78 +151,20 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     pdl_wait();
     if (p.release_early) pdl_trigger();
   };
-  if (!early) wait_previous();
   // The grid: 64 weight rows (x), the splits (y), the groups (z); a group's up to 8 token rows
   // are all the CTA's (the other kernels' token tiles: one here, so no division).
   const int my_split = blockIdx.y;
   assert(gridDim.y == static_cast<unsigned>(p.splits));
-  MatPtr mat = p.single;
-  int64_t rows_here = p.M;
-  const int32_t* rows = nullptr;
-  // A grouped CTA that leaves before its pdl_wait still waits: were every CTA to leave (no
-  // pair routed here), the next kernel's wait would otherwise not cover the one before this.
-  auto leave_early = [&] {
-    if (kGrouped && early) pdl_wait();
-  };
-  if constexpr (kGrouped) {
-    const int grp = group_of_slice(p);
-    if (grp < 0) return leave_early();
-    mat = p.mats[grp];
-    const int32_t first = __ldcg(p.group_offset + grp), end = __ldcg(p.group_offset + grp + 1);
-    rows = p.group_rows + first;
-    rows_here = end - first;
-    if (not_my_group(p, rows_here)) return leave_early();
-  }
-  if (rows_here <= 0) return leave_early();
-
-  // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
-  // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
-  const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kRowsPerCta / 2) + warp * 8 + g
-                             : static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g;
-  const int64_t rB = kPaired ? rA + p.pair : rA + 8;
-  const bool okA = rA < (kPaired ? p.pair : p.N), okB = kPaired ? okA : rB < p.N;
   const int64_t k_first = static_cast<int64_t>(my_split) * p.split_len;
   const int64_t k_end = min(p.K, k_first + p.split_len);
   // Offsets below are k relative to the split's start, in 32 bits: the loop's address work is
   // one add per stream per stage, not a 64-bit product per load.
   const int span = static_cast<int>(k_end - k_first);
-  const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
-  const unsigned char* wA = wbase + ((okA ? rA : 0) * p.ldw + k_first + t * VE) * S::esize;
-  const unsigned char* wB = wbase + ((okB ? rB : 0) * p.ldw + k_first + t * VE) * S::esize;
-  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
-
-  // Stage q covers k_first + q * kStageK; past the span a stage copies nothing (an empty group
-  // keeps the wait counts uniform).
-  int k_issue = 0;
-  unsigned slot_issue = 0;
-  auto issue = [&]() {
-    if (k_issue < span) {
-      const unsigned dst = ring_s + slot_issue * S::kStageBytes;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int kk = k_issue + u * KC + t * VE;
-        const bool in = kk < span;
-        const int64_t off = (in ? k_issue + u * KC : 0) * S::esize;
-        cp_async16_stream_s(dst + 2 * u * 512, wA + off, in && okA);
-        cp_async16_stream_s(dst + (2 * u + 1) * 512, wB + off, in && okB);
-      }
-    }
-    cp_async_commit();
-    k_issue += kStageK;
-    slot_issue = slot_issue + 1 == D ? 0 : slot_issue + 1;
-  };
-  for (int q = 0; q < D - 1; ++q) issue();
-
-  if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
-  if (early) wait_previous();  // the activations are the previous kernel's output
-  // The x row of token r of the tile, or -1.
-  auto x_row_of = [&](int r) -> int64_t {
-    if (r >= rows_here) return -1;
-    return kGrouped ? rows[r] / p.x_div : r;
-  };
   constexpr int kGroupsPerChunk = KC / 4;
   const int pitch = S::plane_pitch_bytes(p.split_len) / 4;  // words
-  if constexpr (kXShared) {
+  // kXShared: the CTA's x_rows activation rows of its split into shared memory, row r from x
+  // row x_row_of(r) (-1: zeros), as three planes of bf16 terms.
+  auto share_x = [&](auto x_row_of) {
     // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
     // it splits them: the activations come from L2, one round trip per batch. kBatch is what
     // a thread has (1 or 2 at batch 1): unused slots cost their address work too. An item's
@@ -250,9 +192,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
           const int64_t xr = x_row_of(r);
           if (xr >= 0 && 4 * q < span) {
             const float* src = p.x + xr * p.ldx + k_first + 4 * q;
-            f[b] = p.vec_x
-                       ? __ldg(reinterpret_cast<const float4*>(src))
-                       : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+            // (from L2: x_first reads them before the wait, where L1 could hold older lines)
+            f[b] = p.vec_x ? __ldcg(reinterpret_cast<const float4*>(src))
+                           : make_float4(__ldcg(src), __ldcg(src + 1), __ldcg(src + 2),
+                                         __ldcg(src + 3));
           }
         }
 #pragma unroll
@@ -317,6 +260,76 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     } else {
       split_x(std::integral_constant<int, 8>{});
     }
+  };
+  // Params::x_early: a grouped launch of one token's pairs splits that token's activations
+  // before its wait and before it reads the routing (x row 0 whatever its group).
+  const bool x_first = kGrouped && kXShared && p.x_early;
+  assert(!x_first || (x_rows == 1 && p.norm_w == nullptr));
+  if constexpr (kXShared) {
+    if (x_first) share_x([](int r) -> int64_t { return r == 0 ? 0 : -1; });
+  }
+  if (!early) wait_previous();
+  MatPtr mat = p.single;
+  int64_t rows_here = p.M;
+  const int32_t* rows = nullptr;
+  // A grouped CTA that leaves before its pdl_wait still waits: were every CTA to leave (no
+  // pair routed here), the next kernel's wait would otherwise not cover the one before this.
+  auto leave_early = [&] {
+    if (kGrouped && early) pdl_wait();
+  };
+  if constexpr (kGrouped) {
+    const int grp = group_of_slice(p);
+    if (grp < 0) return leave_early();
+    mat = p.mats[grp];
+    const int32_t first = __ldcg(p.group_offset + grp), end = __ldcg(p.group_offset + grp + 1);
+    rows = p.group_rows + first;
+    rows_here = end - first;
+    if (not_my_group(p, rows_here)) return leave_early();
+  }
+  if (rows_here <= 0) return leave_early();
+
+  // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
+  // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
+  const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kRowsPerCta / 2) + warp * 8 + g
+                             : static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g;
+  const int64_t rB = kPaired ? rA + p.pair : rA + 8;
+  const bool okA = rA < (kPaired ? p.pair : p.N), okB = kPaired ? okA : rB < p.N;
+  const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
+  const unsigned char* wA = wbase + ((okA ? rA : 0) * p.ldw + k_first + t * VE) * S::esize;
+  const unsigned char* wB = wbase + ((okB ? rB : 0) * p.ldw + k_first + t * VE) * S::esize;
+  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+
+  // Stage q covers k_first + q * kStageK; past the span a stage copies nothing (an empty group
+  // keeps the wait counts uniform).
+  int k_issue = 0;
+  unsigned slot_issue = 0;
+  auto issue = [&]() {
+    if (k_issue < span) {
+      const unsigned dst = ring_s + slot_issue * S::kStageBytes;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int kk = k_issue + u * KC + t * VE;
+        const bool in = kk < span;
+        const int64_t off = (in ? k_issue + u * KC : 0) * S::esize;
+        cp_async16_stream_s(dst + 2 * u * 512, wA + off, in && okA);
+        cp_async16_stream_s(dst + (2 * u + 1) * 512, wB + off, in && okB);
+      }
+    }
+    cp_async_commit();
+    k_issue += kStageK;
+    slot_issue = slot_issue + 1 == D ? 0 : slot_issue + 1;
+  };
+  for (int q = 0; q < D - 1; ++q) issue();
+
+  if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
+  if (early) wait_previous();  // the activations are the previous kernel's output
+  // The x row of token r of the tile, or -1.
+  auto x_row_of = [&](int r) -> int64_t {
+    if (r >= rows_here) return -1;
+    return kGrouped ? rows[r] / p.x_div : r;
+  };
+  if constexpr (kXShared) {
+    if (!x_first) share_x(x_row_of);
     __syncthreads();
   }
   // This lane's B column: token x_tok, all three terms (unpacked) or term x_term (packed).

@@ -54,6 +54,12 @@ struct Params {
   // its weight copies early. (PTX promises visibility to the grid that waits; that a launch
   // after the previous grid's waits sees it too is our reading of the model, not its text.)
   bool routing_ready;
+  // Grouped decode launches of one token's pairs (M == x_div, so every group's x row is 0): the
+  // activations were written before the previous kernel's wait (two or more launches back, as
+  // the experts' gate/up input is: the router's product and the routing come between), so the
+  // kernel may read and split them before its own wait, before it knows its group. (The same
+  // reading of the launch order as routing_ready's.)
+  bool x_early;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;

@@ -207,7 +207,7 @@ namespace {
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
                      const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down,
-                     bool split_norm = false) {
+                     bool split_norm = false, bool x_early = false) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -220,9 +220,11 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
-  // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready.
+  // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready;
+  // x_ready: Params::x_early, for the launches that read x (not the down projection's).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, int64_t pair = 0, bool routing_ready = false) {
+                     int64_t ldo, int64_t pair = 0, bool routing_ready = false,
+                     bool x_ready = false) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -238,6 +240,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.tile_start = groups.tile_start();
     p.pair = pair;
     p.routing_ready = routing_ready;
+    p.x_early = x_ready && x_early && pairs == x_div;
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
@@ -247,13 +250,13 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   const int kx = static_cast<int>(k);
   if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
     if (!fuse_swiglu ||
-        !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I)) {
-      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I);
+        !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I, false, true)) {
+      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, false, true);
       silu_mul(gt, ut, gt);
     }
   } else {
-    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I);
-    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I);
+    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I, 0, false, true);
+    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I, 0, false, true);
     silu_mul(gt, ut, gt);
   }
   // The down projection's routing was written two or more launches back (gate/up in between):
@@ -329,7 +332,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
   experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
-                  f.split_norm);
+                  f.split_norm, f.x_early);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

@@ -82,8 +82,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
 constexpr int64_t kCombineNormTokens = 64;
 // split_norm: with `then`, the combine keeps its CTAs (kWideThreads columns each) and each
 // token's last CTA to finish applies the norm, instead of one CTA per token for all of it.
+// x_early: at one token, the gate/up launches read x before their wait (mm::Params::x_early;
+// x must be older than the routing's launches, as the router's input is).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, split_norm;
+  bool route, swiglu, prefetch_down, split_norm, x_early;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

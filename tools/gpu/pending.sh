@@ -8,7 +8,8 @@
 # 6 KiB fp8 ring on the H200 against a3628f5, the tests), `7` (smaller fp8 rings, launch bounds,
 # split-K), `8` (the 80B step's timeline and profile, op_chain's release points), `9` (the
 # experts' gate/up under Nsight Compute, the combine's split form tested and timed), `10` (the
-# decode fusions that lost, again).
+# decode fusions that lost, again), `12` (the experts' footprint), `13` (the experts' early
+# split tested and timed, the experts' gate/up alone: twentieth slice).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -133,9 +134,12 @@ ncu_stalls() {
   ncu --import $r.ncu-rep --page details >$r.details.txt 2>&1
   ncu --import $r.ncu-rep --page source --print-source sass --csv >$r.csv 2>&1
   echo "== $name: $(grep -m1 -E '^  [a-z].*\(' $r.details.txt | cut -c1-100)"
+  rm -f $r.ncu-rep
   grep -E "^ +(Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Registers Per Thread) " $r.details.txt
   python3 tools/gpu/ncu_source.py $r.csv --top 10 >$r.txt 2>&1
-  sed -n '/^stall/,/^regions/p' $r.txt | head -16
+  sed -n "/^stall/,/^regions/p" $r.txt | head -16
+  [ "${REGIONS:-0}" = 1 ] && sed -n "/^regions/,/^top/p" $r.txt | head -9
+  rm -f $r.csv
 }
 
 # racecheck, one test group at a time (together they did not finish in 200 s); the matmul's
@@ -170,8 +174,11 @@ call9() {
     --config bench/configs/qwen3-next-80b-a3b.json --context 4096 --steps 4)
   # (template arguments as ncu prints them: 1, true or (bool)1)
   local on='[^,]*(1|true)' off='[^,>]*(0|false)'
-  ncu_stalls gate_up "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $on>" "${run[@]}"
-  ncu_stalls down "gemv_kernel<[^,]*3, $on, $on, $on, 6144, $off>" "${run[@]}"
+  # (a seventh template argument, as the twentieth slice's kKPar had, would match too)
+  ncu_stalls gate_up "gemv_kernel<[^,]*3, $on, $on, $on, [^,]*6144, $on[,>]" "${run[@]}"
+  [ "${NCU_ONLY:-0}" = 2 ] && return
+  ncu_stalls down "gemv_kernel<[^,]*3, $on, $on, $on, [^,]*6144, $off[,>]" "${run[@]}"
+  [ "${NCU_ONLY:-0}" = 1 ] && return
   timeout 60 $B/tests/backend_tests --gtest_filter='CudaFusedOps.CombineAddAndNorm*' \
     --gtest_brief=1 2>&1 | tail -3
   KNOBS=HIBANA_CUDA_COMBINE_NORM_SPLIT=1 timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
@@ -201,6 +208,44 @@ HIBANA_CUDA_FUSED_MATMUL_CONV=1;HIBANA_CUDA_ATTENTION_SPLIT=64" \
   cp $B/gemv.orig $f
 }
 
+# Whether the experts' footprint slows them (their TLB reach: 75 GB of experts at E = 512):
+# the 80B's shape with 128 and 32 experts moves nearly the same bytes a step (10 routed + the
+# shared expert a layer; the router's matrix shrinks by 1.5 / 1.9 MB a layer). Then the gate/up
+# under Nsight Compute, by region.
+call12() {
+  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  for e in 512 128 32; do
+    sed "s/\"num_experts\": 512/\"num_experts\": $e/" bench/configs/qwen3-next-80b-a3b.json \
+      >bench/configs/q80-e$e.json
+    echo "== experts $e"
+    decode_run_80 q80-e$e | grep -E '^ +(1|8) '
+    rm -f bench/configs/q80-e$e.json
+  done
+  REGIONS=1 NCU_ONLY=2 call9
+}
+decode_run_80() {
+  timeout 120 $B/hibana bench decode --device cuda --load-format dummy \
+    --config bench/configs/$1.json --dtype fp8 --batch 1,8 --context 4096 --steps 16 2>&1
+}
+
+# The twentieth slice's change (the experts' gate/up split the token's activations before their
+# wait at batch 1, HIBANA_CUDA_EXPERTS_X_EARLY) tested and timed, with the decode fusions that
+# lost before (call 10's), and the experts' footprint question answered alone (gemv_alone's
+# EXPERTS mode, built here beforehand: nvcc ... -o .devdeps/bin/gemv_alone, see its header).
+call13() {
+  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  local f='CudaOps*:*cuda*:*Cuda*'
+  for t in backend_tests model_tests; do
+    timeout 120 $B/tests/$t --gtest_filter="$f" --gtest_brief=1 >"$OUT/$t.log" 2>&1
+    echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|FAILED|Expected|Which is|differ" "$OUT/$t.log" | head -20
+  done
+  [ -x .devdeps/bin/gemv_alone ] && EXPERTS=1 timeout 60 .devdeps/bin/gemv_alone 2>&1 | tail -6
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1 VARIANTS="base;HIBANA_CUDA_EXPERTS_X_EARLY=0;\
+HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
+    timeout 200 tools/gpu/check.sh sweep 2>&1 | tail -6
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -218,6 +263,8 @@ case "${1:-}" in
   8) call8 ;;
   9) call9 ;;
   10) call10 ;;
+  12) call12 ;;
+  13) call13 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|ring" >&2; exit 2 ;;
 esac

@@ -28,8 +28,26 @@ __device__ __forceinline__ void wait_groups() {
 // bytes of each row per stage (tiles == false) or one contiguous 2 KiB per stage (tiles ==
 // true: the warp's rows stored stage after stage).
 template <bool kTiles>
+__device__ __forceinline__ void stream_rows(const uint8_t* w, int64_t row_bytes, unsigned* sink);
+template <bool kTiles>
 __global__ void __launch_bounds__(kWarps * 32)
     stream_kernel(const uint8_t* w, int64_t row_bytes, unsigned* sink) {
+  stream_rows<kTiles>(w, row_bytes, sink);
+}
+
+// The same over up to kTableMats matrices: grid z streams matrix mats[z] (the experts one MoE
+// decode step reads, wherever they lie).
+constexpr int kTableMats = 16;
+struct MatTable {
+  const uint8_t* w[kTableMats];
+};
+__global__ void __launch_bounds__(kWarps * 32)
+    stream_table_kernel(MatTable t, int64_t row_bytes, unsigned* sink) {
+  stream_rows<false>(t.w[blockIdx.z], row_bytes, sink);
+}
+
+template <bool kTiles>
+__device__ __forceinline__ void stream_rows(const uint8_t* w, int64_t row_bytes, unsigned* sink) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rows0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 16;

@@ -51,27 +51,37 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
   }
 }
 
+// The output row of each of the lane's four sums (-1: none; finish's rows, below). Grouped,
+// from the group's row list: the kernel reads them before its loop, where the loads' round
+// trip to L2 overlaps the weight stream, not at its end, where it was the kernel's last step
+// (and read once: a store could alias the list for the compiler, which would read it again).
+template <bool kGrouped, bool kPacked>
+__device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here, bool okA,
+                                         bool okB, int t, int32_t (&orow)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    orow[i] = -1;
+    if (kPacked && ((t & 1) || (i & 1))) continue;
+    const int m = kPacked ? t / 2 : 2 * t + (i & 1);
+    if (m >= rows_here || !(i < 2 ? okA : okB)) continue;
+    orow[i] = kGrouped ? __ldcg(rows + m) : m;  // (L2: a routing_ready kernel reads it early)
+  }
+}
+
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
-// tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes.
-// kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the token's output at
-// column rA is silu(gate) * up (each sum as the unfused product would store it).
-template <bool kGrouped, bool kPacked, bool kPaired>
+// tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes; out
+// rows from out_rows. kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the
+// token's output at column rA is silu(gate) * up (each sum as the unfused product would store
+// it).
+template <bool kPaired>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
-                                       const int32_t* rows, int64_t rows_here, int my_split,
-                                       int64_t rA, int64_t rB, bool okA, bool okB, int t) {
-  auto out_row = [&](int i) -> int64_t {
-    if (kPacked && ((t & 1) || (i & 1))) return -1;
-    const int64_t m = kPacked ? t / 2 : 2 * t + (i & 1);
-    if (m >= rows_here || !(i < 2 ? okA : okB)) return -1;
-    return kGrouped ? rows[m] : m;
-  };
-  // Each sum's output row and column, found once (grouped: read from the row list before any
-  // store, which the compiler would otherwise make it read again).
+                                       const int32_t (&out_row)[4], int my_split, int64_t rA,
+                                       int64_t rB) {
   int64_t orow[4], col[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    orow[i] = out_row(i);
+    orow[i] = out_row[i];
     col[i] = i < 2 ? rA : rB;
   }
   // The outputs from the four sums: one per token of the pair of rows (paired), else each.

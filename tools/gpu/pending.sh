@@ -9,7 +9,8 @@
 # split-K), `8` (the 80B step's timeline and profile, op_chain's release points), `9` (the
 # experts' gate/up under Nsight Compute, the combine's split form tested and timed), `10` (the
 # decode fusions that lost, again), `12` (the experts' footprint), `13` (the experts' early
-# split tested and timed, the experts' gate/up alone: twentieth slice).
+# split tested and timed, the experts' gate/up alone: twentieth slice), `14` (the twentieth
+# slice's compiled-only changes tested and timed).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 1
@@ -246,6 +247,20 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
     timeout 200 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
 
+# The twentieth slice's compiled-only changes (the decode kernel's output rows read before its
+# loop, the combine's 16 pairs a round trip, HIBANA_CUDA_EXPERTS_SLICE_MATS=1) tested and
+# timed: here first `tools/gpu/ab_ref.sh 362303b` (the tree before them), carry .abref; every
+# CUDA test (the MoE test runs one token with the slice matrices on and off), the slice
+# matrices' model and engine tests, then both trees and the switch at batch 1 and 8.
+call14() {
+  timeout 150 tools/gpu/check.sh build tests 2>&1 | tail -5
+  KNOBS=HIBANA_CUDA_EXPERTS_SLICE_MATS=1 timeout 100 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 200 tools/gpu/check.sh ab 2>&1 |
+    tail -6
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1 VARIANTS="base;HIBANA_CUDA_EXPERTS_SLICE_MATS=1" \
+    timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -4
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -265,6 +280,7 @@ case "${1:-}" in
   10) call10 ;;
   12) call12 ;;
   13) call13 ;;
+  14) call14 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|ring" >&2; exit 2 ;;
 esac

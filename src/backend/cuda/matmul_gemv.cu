@@ -278,12 +278,24 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     if (kGrouped && early) pdl_wait();
   };
   if constexpr (kGrouped) {
-    const int grp = group_of_slice(p);
-    if (grp < 0) return leave_early();
-    mat = p.mats[grp];
-    const int32_t first = __ldcg(p.group_offset + grp), end = __ldcg(p.group_offset + grp + 1);
-    rows = p.group_rows + first;
-    rows_here = end - first;
+    if (p.slice_mats != nullptr) {  // (Params::slice_mats: one token)
+      const int z = blockIdx.z;
+      const int n = __ldcg(p.n_active);
+      const longlong2 m = __ldcg(reinterpret_cast<const longlong2*>(p.slice_mats + z));
+      if (z >= n) return leave_early();
+      mat.w = reinterpret_cast<const void*>(m.x);
+      mat.scale = reinterpret_cast<const void*>(m.y);
+      rows = p.group_rows + z;
+      rows_here = 1;
+    } else {
+      const int grp = group_of_slice(p);
+      if (grp < 0) return leave_early();
+      mat = p.mats[grp];
+      const int32_t first = __ldcg(p.group_offset + grp);
+      const int32_t end = __ldcg(p.group_offset + grp + 1);
+      rows = p.group_rows + first;
+      rows_here = end - first;
+    }
     if (not_my_group(p, rows_here)) return leave_early();
   }
   if (rows_here <= 0) return leave_early();

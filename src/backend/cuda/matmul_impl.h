@@ -9,8 +9,9 @@
 
 namespace hibana::cuda::mm {
 
-// One weight matrix (or one expert's) as the kernels read it.
-struct MatPtr {
+// One weight matrix (or one expert's) as the kernels read it (16-byte aligned: the decode
+// kernel loads one in a single 16-byte load, Params::slice_mats).
+struct alignas(16) MatPtr {
   const void* w;
   const void* scale;  // null when unscaled
 };
@@ -60,6 +61,12 @@ struct Params {
   // kernel may read and split them before its own wait, before it knows its group. (The same
   // reading of the launch order as routing_ready's.)
   bool x_early;
+  // Grouped decode launches of one token's pairs (null otherwise): slice z's matrix, written by
+  // the routing kernel (route_one_kernel: mats[active[z]]). Its group is then the z-th active
+  // one, of one row at z (a token's pairs go to distinct experts, in expert order), so the
+  // kernel learns its matrix and rows in one round trip to L2 (with n_active), not two (the
+  // expert, then its matrix and offsets).
+  const MatPtr* slice_mats;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;

@@ -3,6 +3,7 @@
 // of tokens it serves; gate and up in one launch when move_weights stacked them), SiLU-gating,
 // and the weighted combine of each token's k expert outputs.
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -207,7 +208,8 @@ namespace {
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
                      const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down,
-                     bool split_norm = false, bool x_early = false) {
+                     bool split_norm = false, bool x_early = false,
+                     const MatPtr* slice_mats = nullptr) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -241,6 +243,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.pair = pair;
     p.routing_ready = routing_ready;
     p.x_early = x_ready && x_early && pairs == x_div;
+    p.slice_mats = &table == &tab.gate_up ? slice_mats : nullptr;  // (what the routing wrote)
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
@@ -325,14 +328,23 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
+  // f.slice_mats: the routing of one token also writes each slice's stacked gate/up matrix.
+  std::unique_ptr<Scratch> slice_mats;
+  if (f.route && f.slice_mats && T == 1 && !experts.gate_up.empty()) {
+    slice_mats = std::make_unique<Scratch>(ids.numel() * sizeof(MatPtr));
+  }
+  bool by_slice = false;
   if (f.route) {
-    route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
+    by_slice = route_and_group(
+        logits, k, renormalise, shared_gate, ids, weights, groups,
+        slice_mats ? static_cast<const MatPtr*>(tables_for(experts).gate_up.data()) : nullptr,
+        slice_mats ? slice_mats->as<MatPtr>() : nullptr);
   } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
   experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
-                  f.split_norm, f.x_early);
+                  f.split_norm, f.x_early, by_slice ? slice_mats->as<MatPtr>() : nullptr);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/matmul_impl.h"
 
 namespace hibana::cuda {
 
@@ -35,8 +36,12 @@ void group_by_expert(const int32_t* ids, const Grouping& g);
 constexpr int64_t kRouteGroupTokens = 32;
 
 // moe_route (ops.h) and group_by_expert of its ids in one launch, for at most
-// kRouteGroupTokens tokens: the routing's bits, the grouping's result.
-void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
-                     Tensor ids, Tensor weights, const Grouping& g);
+// kRouteGroupTokens tokens: the routing's bits, the grouping's result. With mats_in (a
+// table of E matrices) and slice_mats ([pairs]), one token's routing also writes the matrix
+// of each slice, slice_mats[z] = mats_in[active[z]] (mm::Params::slice_mats), and returns
+// true; false where it did not (more tokens, or more pairs than a warp routes).
+bool route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+                     Tensor ids, Tensor weights, const Grouping& g,
+                     const mm::MatPtr* mats_in = nullptr, mm::MatPtr* slice_mats = nullptr);
 
 }  // namespace hibana::cuda

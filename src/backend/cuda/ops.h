@@ -83,9 +83,11 @@ constexpr int64_t kCombineNormTokens = 64;
 // split_norm: with `then`, the combine keeps its CTAs (kWideThreads columns each) and each
 // token's last CTA to finish applies the norm, instead of one CTA per token for all of it.
 // x_early: at one token, the gate/up launches read x before their wait (mm::Params::x_early;
-// x must be older than the routing's launches, as the router's input is).
+// x must be older than the routing's launches, as the router's input is). slice_mats: at one
+// token with stacked gate/up matrices, the routing writes each slice's gate/up matrix
+// (mm::Params::slice_mats).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, split_norm, x_early;
+  bool route, swiglu, prefetch_down, split_norm, x_early, slice_mats;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

@@ -146,7 +146,7 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
 
 // `count` experts ([I, H] gate and up, [H, I] down, bf16) cut from one random pool at row
 // offsets that depend on the expert (so experts differ), on both devices: many experts for
-// little memory.
+// little memory. On the GPU also stacked ([gate ; up], as move_weights stacks them).
 struct PooledExperts {
   PooledExperts(test::CudaFixture& f, int64_t count, int64_t H, int64_t I) {
     const int64_t rows = 6 * I;  // offsets below 3I, then gate, up and down (I rows each)
@@ -167,6 +167,7 @@ struct PooledExperts {
         set->gate.push_back(cut(at, I, H));
         set->up.push_back(cut(at + I, I, H));
         set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
+        if (set == &dev) set->gate_up.push_back(cut(at, 2 * I, H));  // [gate ; up], stacked
       }
     }
   }
@@ -185,7 +186,9 @@ struct RouteCase {
 // its shared expert as expert 512; in memory: 600), 1, 5 and 32 tokens, and 33 (the two ops).
 // One token is routed and grouped by one warp (route_one_kernel) where its pairs fit one: top-31
 // and the shared expert are the most that do, top-32 and the shared expert one more.
-// A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths.
+// A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths. One token
+// also with the routing writing each slice's stacked gate/up matrix
+// (HIBANA_CUDA_EXPERTS_SLICE_MATS=1), the shared expert's among them.
 TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -228,6 +231,15 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       expect_same_bytes({{"ids", apart.ids, fused.ids},
                          {"weights", apart.weights, fused.weights},
                          {"out", apart.out, fused.out}});
+      if (T == 1) {  // the routing also writing each slice's gate/up matrix: the same again
+        const Out by_slice = outputs();
+        ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
+        ScopedEnv slices("HIBANA_CUDA_EXPERTS_SLICE_MATS", "1");
+        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, by_slice.ids, by_slice.weights,
+                                 by_slice.out, nullptr);
+        expect_same_bytes({{"ids (slice matrices)", apart.ids, by_slice.ids},
+                           {"out (slice matrices)", apart.out, by_slice.out}});
+      }
       const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {
         for (int64_t j = 0; j < c.k; ++j) EXPECT_EQ(ids_f[nan_row * pairs + j], j);

@@ -512,12 +512,14 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
     // One token through moe_route_experts (its routing and its experts in one op), whose
     // gate/up launches split the token's activations before their wait
     // (HIBANA_CUDA_EXPERTS_X_EARLY, on by default) or after it, and learn their stacked matrix
-    // from the routing kernel (HIBANA_CUDA_EXPERTS_SLICE_MATS=1) or from the expert table: the
-    // same ids, and the bits of the token in the batch of 40, every way.
+    // from the routing kernel (HIBANA_CUDA_EXPERTS_SLICE_MATS=1) or from the expert table, with
+    // the SwiGLU in the gate/up launch or after it: the same ids, and the bits of the token in
+    // the batch of 40, every way.
     const Tensor lg = t.upload(logits.data(), DType::f32, {1, E});
-    for (const char* early : {"10", "00", "11", "01"}) {
+    for (const char* early : {"101", "001", "111", "011", "110"}) {
       ScopedEnv knob("HIBANA_CUDA_EXPERTS_X_EARLY", early[0] == '1' ? "1" : "0");
       ScopedEnv by_slice("HIBANA_CUDA_EXPERTS_SLICE_MATS", early[1] == '1' ? "1" : "0");
+      ScopedEnv swiglu("HIBANA_CUDA_FUSED_SWIGLU", early[2] == '1' ? "1" : "0");
       const std::vector<int32_t> zero(k, 0);
       Tensor one_ids = t.upload(zero.data(), DType::i32, {1, k});
       Tensor one_w = t.device_f32(1, k), one = t.device_f32(1, H);

@@ -58,14 +58,18 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 template <bool kGrouped, bool kPacked>
 __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here, bool okA,
                                          bool okB, int t, int32_t (&orow)[4]) {
+  // Sums i and i + 2 are of the same token (rows rA and rB): its row is read once. Packed, sum
+  // i of token t / 2 in the even lanes (i even); unpacked, of token 2t + (i & 1).
+  int32_t row[2];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    orow[i] = -1;
-    if (kPacked && ((t & 1) || (i & 1))) continue;
-    const int m = kPacked ? t / 2 : 2 * t + (i & 1);
-    if (m >= rows_here || !(i < 2 ? okA : okB)) continue;
-    orow[i] = kGrouped ? __ldcg(rows + m) : m;  // (L2: a routing_ready kernel reads it early)
+  for (int j = 0; j < 2; ++j) {
+    const int m = kPacked ? t / 2 : 2 * t + j;
+    const bool here = m < rows_here && !(kPacked && ((t & 1) || j == 1));
+    // (L2: a routing_ready kernel reads the list before its wait)
+    row[j] = !here ? -1 : kGrouped ? __ldcg(rows + m) : m;
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) orow[i] = (i < 2 ? okA : okB) ? row[i & 1] : -1;
 }
 
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding

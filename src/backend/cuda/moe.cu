@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's 
   }
   for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < H; i += kWideThreads) {
     float acc[1];
-    combine_columns(p, t, i, 0, acc);
+    combine_columns<1, 16>(p, t, i, 0, acc);
     orow[i] = acc[0];
   }
   wide_norm_group<false, true>(r.x + t * r.ldx, nullptr, orow, r.w, wv, r.eps, r.zero_centred, H,
@@ -224,9 +224,10 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
   // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready;
   // x_ready: Params::x_early, for the launches that read x (not the down projection's).
+  // by_slice: Params::slice_mats, the gate/up matrices the routing wrote (null: none).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
                      int64_t ldo, int64_t pair = 0, bool routing_ready = false,
-                     bool x_ready = false) {
+                     bool x_ready = false, const MatPtr* by_slice = nullptr) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -243,7 +244,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.pair = pair;
     p.routing_ready = routing_ready;
     p.x_early = x_ready && x_early && pairs == x_div;
-    p.slice_mats = &table == &tab.gate_up ? slice_mats : nullptr;  // (what the routing wrote)
+    p.slice_mats = by_slice;
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
@@ -252,9 +253,10 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   };
   const int kx = static_cast<int>(k);
   if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
-    if (!fuse_swiglu ||
-        !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I, false, true)) {
-      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, false, true);
+    if (!fuse_swiglu || !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I,
+                                 I, false, true, slice_mats)) {
+      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, false, true,
+              slice_mats);
       silu_mul(gt, ut, gt);
     }
   } else {
@@ -330,7 +332,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   // f.slice_mats: the routing of one token also writes each slice's stacked gate/up matrix.
   std::unique_ptr<Scratch> slice_mats;
-  if (f.route && f.slice_mats && T == 1 && !experts.gate_up.empty()) {
+  if (f.route && f.slice_mats && T == 1 && ids.shape[1] <= 32 && !experts.gate_up.empty()) {
     slice_mats = std::make_unique<Scratch>(ids.numel() * sizeof(MatPtr));
   }
   bool by_slice = false;

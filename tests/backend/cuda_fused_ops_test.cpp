@@ -188,7 +188,8 @@ struct RouteCase {
 // and the shared expert are the most that do, top-32 and the shared expert one more.
 // A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths. One token
 // also with the routing writing each slice's stacked gate/up matrix
-// (HIBANA_CUDA_EXPERTS_SLICE_MATS=1), the shared expert's among them.
+// (HIBANA_CUDA_EXPERTS_SLICE_MATS=1), the shared expert's among them, and with the shared
+// expert's gate/up slice run before the routing is known (HIBANA_CUDA_SHARED_EXPERT_EARLY=1).
 TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -231,14 +232,18 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       expect_same_bytes({{"ids", apart.ids, fused.ids},
                          {"weights", apart.weights, fused.weights},
                          {"out", apart.out, fused.out}});
-      if (T == 1) {  // the routing also writing each slice's gate/up matrix: the same again
-        const Out by_slice = outputs();
+      // One token again with the routing writing each slice's gate/up matrix, the shared
+      // expert's gate/up before the routing, and both: the same bits.
+      for (const char* knobs : {"10", "01", "11"}) {
+        if (T != 1) break;
+        SCOPED_TRACE(testing::Message() << "slice matrices, shared expert early: " << knobs);
+        const Out again = outputs();
         ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-        ScopedEnv slices("HIBANA_CUDA_EXPERTS_SLICE_MATS", "1");
-        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, by_slice.ids, by_slice.weights,
-                                 by_slice.out, nullptr);
-        expect_same_bytes({{"ids (slice matrices)", apart.ids, by_slice.ids},
-                           {"out (slice matrices)", apart.out, by_slice.out}});
+        ScopedEnv slices("HIBANA_CUDA_EXPERTS_SLICE_MATS", knobs[0] == '1' ? "1" : "0");
+        ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", knobs[1] == '1' ? "1" : "0");
+        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, again.ids, again.weights, again.out,
+                                 nullptr);
+        expect_same_bytes({{"ids", apart.ids, again.ids}, {"out", apart.out, again.out}});
       }
       const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {

@@ -248,17 +248,20 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
 }
 
 # The twentieth slice's compiled-only changes (the decode kernel's output rows read before its
-# loop, the combine's 16 pairs a round trip, HIBANA_CUDA_EXPERTS_SLICE_MATS=1) tested and
-# timed: here first `tools/gpu/ab_ref.sh 362303b` (the tree before them), carry .abref; every
-# CUDA test (the MoE test runs one token with the slice matrices on and off), the slice
-# matrices' model and engine tests, then both trees and the switch at batch 1 and 8.
+# loop, the combine's 16 pairs a round trip, HIBANA_CUDA_EXPERTS_SLICE_MATS=1,
+# HIBANA_CUDA_SHARED_EXPERT_EARLY=1) tested and timed: here first `tools/gpu/ab_ref.sh
+# 362303b` (the tree before them), carry .abref; every CUDA test (the routing test runs one
+# token with each switch on), the model and engine tests with both switches on, then both
+# trees and the switches at batch 1 and 8.
 call14() {
   timeout 150 tools/gpu/check.sh build tests 2>&1 | tail -5
-  KNOBS=HIBANA_CUDA_EXPERTS_SLICE_MATS=1 timeout 100 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  KNOBS="HIBANA_CUDA_EXPERTS_SLICE_MATS=1 HIBANA_CUDA_SHARED_EXPERT_EARLY=1" timeout 100 \
+    tools/gpu/check.sh tests-knobs 2>&1 | tail -3
   CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 200 tools/gpu/check.sh ab 2>&1 |
     tail -6
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1 VARIANTS="base;HIBANA_CUDA_EXPERTS_SLICE_MATS=1" \
-    timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -4
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1 VARIANTS="base;HIBANA_CUDA_EXPERTS_SLICE_MATS=1;\
+HIBANA_CUDA_SHARED_EXPERT_EARLY=1;HIBANA_CUDA_EXPERTS_SLICE_MATS=1 HIBANA_CUDA_SHARED_EXPERT_EARLY=1" \
+    timeout 150 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
 
 # op_chain's ring kernel under Nsight Compute (no engine build needed).

@@ -268,6 +268,11 @@ bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", true); }
 // stacked gate/up matrix, so the gate/up learns it in one round trip to L2, not two
 // (mm::Params::slice_mats; the same bits). Off until measured: compiled only (twentieth slice).
 bool experts_slice_mats() { return knob_on("HIBANA_CUDA_EXPERTS_SLICE_MATS", false); }
+// HIBANA_CUDA_SHARED_EXPERT_EARLY=1: at batch 1 the shared expert's gate/up CTAs (whose matrix
+// and row the host knows) stream and multiply while the routing runs, and wait only before they
+// store (mm::Params::slice_known; the same bits). Off until measured: compiled only (twentieth
+// slice).
+bool shared_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
@@ -530,7 +535,7 @@ class CudaBackend final : public Backend {
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), split_norm,
-                                 experts_x_early(), experts_slice_mats()});
+                                 experts_x_early(), experts_slice_mats(), shared_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -57,7 +57,8 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 // (and read once: a store could alias the list for the compiler, which would read it again).
 template <bool kGrouped, bool kPacked>
 __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here, bool okA,
-                                         bool okB, int t, int32_t (&orow)[4]) {
+                                         bool okB, int t, int32_t (&orow)[4],
+                                         int known_row = -1) {
   // Sums i and i + 2 are of the same token (rows rA and rB): its row is read once. Packed, sum
   // i of token t / 2 in the even lanes (i even); unpacked, of token 2t + (i & 1).
   int32_t row[2];
@@ -66,7 +67,8 @@ __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here,
     const int m = kPacked ? t / 2 : 2 * t + j;
     const bool here = m < rows_here && !(kPacked && ((t & 1) || j == 1));
     // (L2: a routing_ready kernel reads the list before its wait)
-    row[j] = !here ? -1 : kGrouped ? __ldcg(rows + m) : m;
+    // (known_row >= 0: the group's one row, known without the list: Params::slice_known)
+    row[j] = !here ? -1 : !kGrouped ? m : known_row >= 0 ? known_row : __ldcg(rows + m);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) orow[i] = (i < 2 ? okA : okB) ? row[i & 1] : -1;

@@ -144,8 +144,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
 
   // Grouped launches learn their matrix from the routing, so they wait first where the previous
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
-  // their weight copies before waiting.
-  const bool early = !kGrouped || p.routing_ready;
+  // their weight copies before waiting. A known slice (Params::slice_known) reads nothing the
+  // routing writes and x is old: it waits only before its stores.
+  const bool known = kGrouped && kXShared && p.slice_known && p.x_early &&
+                     static_cast<int>(blockIdx.z) == p.known_slice;
+  const bool early = !kGrouped || p.routing_ready || known;
   // The wait for the previous kernel, and then, by default, the next kernel's release.
   auto wait_previous = [&] {
     pdl_wait();
@@ -278,7 +281,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     if (kGrouped && early) pdl_wait();
   };
   if constexpr (kGrouped) {
-    if (p.slice_mats != nullptr) {  // (Params::slice_mats: one token)
+    if (known) {
+      mat = p.known_mat;
+      rows_here = 1;  // (its row: p.known_row, out_rows below)
+    } else if (p.slice_mats != nullptr) {  // (Params::slice_mats: one token)
       const int z = blockIdx.z;
       const int n = __ldcg(p.n_active);
       const longlong2 m = __ldcg(reinterpret_cast<const longlong2*>(p.slice_mats + z));
@@ -333,10 +339,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
   int32_t orow[4];  // (grouped: their loads' round trip overlaps the copies just issued)
-  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow);
+  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
 
   if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
-  if (early) wait_previous();  // the activations are the previous kernel's output
+  if (early && !known) wait_previous();  // the activations are the previous kernel's output
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (r >= rows_here) return -1;
@@ -500,7 +506,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     slot = slot + 1 == D ? 0 : slot + 1;
     ring_slot = ring + slot * (S::kStageBytes / 16);
   }
-  if (!p.release_early) pdl_trigger();  // every load of this CTA is done: the next may launch
+  if (known) {  // (its loads are done: wait before the stores, then release the next kernel)
+    pdl_wait();
+    pdl_trigger();
+  } else if (!p.release_early) {
+    pdl_trigger();  // every load of this CTA is done: the next may launch
+  }
 
   float total[4];
   if (scaled) {

@@ -67,6 +67,14 @@ struct Params {
   // kernel learns its matrix and rows in one round trip to L2 (with n_active), not two (the
   // expert, then its matrix and offsets).
   const MatPtr* slice_mats;
+  // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
+  // matrix and its one row are known on the host (the shared expert folded in as the set's
+  // last expert: at one token always the last slice, of the token's last pair). Its CTAs read
+  // nothing the routing writes, so they stream and multiply before the kernel's wait, while
+  // the routing runs, and wait only before they store.
+  bool slice_known;
+  int known_slice, known_row;
+  MatPtr known_mat;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;

@@ -209,7 +209,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
                      const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down,
                      bool split_norm = false, bool x_early = false,
-                     const MatPtr* slice_mats = nullptr) {
+                     const MatPtr* slice_mats = nullptr, bool shared_early = false) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -224,10 +224,12 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
   // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready;
   // x_ready: Params::x_early, for the launches that read x (not the down projection's).
-  // by_slice: Params::slice_mats, the gate/up matrices the routing wrote (null: none).
+  // by_slice: Params::slice_mats, the gate/up matrices the routing wrote (null: none); known:
+  // the matrix of Params::slice_known (the stacked gate/up's shared expert), or none.
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
                      int64_t ldo, int64_t pair = 0, bool routing_ready = false,
-                     bool x_ready = false, const MatPtr* by_slice = nullptr) {
+                     bool x_ready = false, const MatPtr* by_slice = nullptr,
+                     const Weight* known = nullptr) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -245,6 +247,12 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.routing_ready = routing_ready;
     p.x_early = x_ready && x_early && pairs == x_div;
     p.slice_mats = by_slice;
+    if (known != nullptr && p.x_early) {  // (one token: its last pair, the last slice)
+      p.slice_known = true;
+      p.known_slice = static_cast<int>(pairs - 1);
+      p.known_row = static_cast<int>(pairs - 1);
+      p.known_mat = {known->w.data, known->scale.empty() ? nullptr : known->scale.data};
+    }
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
@@ -253,10 +261,12 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   };
   const int kx = static_cast<int>(k);
   if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
+    // shared_early: the set's last expert is the shared one, every token's last pair
+    const Weight* known = shared_early ? &experts.gate_up.back() : nullptr;
     if (!fuse_swiglu || !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I,
-                                 I, false, true, slice_mats)) {
+                                 I, false, true, slice_mats, known)) {
       grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, false, true,
-              slice_mats);
+              slice_mats, known);
       silu_mul(gt, ut, gt);
     }
   } else {
@@ -345,8 +355,13 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }
+  // f.shared_early: with the shared expert folded in as the set's last (a shared gate), one
+  // token's gate/up slice of it is known before the routing (Params::slice_known).
+  const bool shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
+                            static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1;
   experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
-                  f.split_norm, f.x_early, by_slice ? slice_mats->as<MatPtr>() : nullptr);
+                  f.split_norm, f.x_early, by_slice ? slice_mats->as<MatPtr>() : nullptr,
+                  shared_early);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

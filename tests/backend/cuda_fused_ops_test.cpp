@@ -233,17 +233,26 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
                          {"weights", apart.weights, fused.weights},
                          {"out", apart.out, fused.out}});
       // One token again with the routing writing each slice's gate/up matrix, the shared
-      // expert's gate/up before the routing, and both: the same bits.
+      // expert's gate/up before the routing, and both: the same bits. Each on new activations,
+      // before their reference: the experts' scratch then holds another token's values, so a
+      // slice that stored nothing, or in another pair's row, would show.
+      uint32_t seed = 60;
       for (const char* knobs : {"10", "01", "11"}) {
         if (T != 1) break;
         SCOPED_TRACE(testing::Message() << "slice matrices, shared expert early: " << knobs);
-        const Out again = outputs();
-        ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-        ScopedEnv slices("HIBANA_CUDA_EXPERTS_SLICE_MATS", knobs[0] == '1' ? "1" : "0");
-        ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", knobs[1] == '1' ? "1" : "0");
-        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, again.ids, again.weights, again.out,
-                                 nullptr);
-        expect_same_bytes({{"ids", apart.ids, again.ids}, {"out", apart.out, again.out}});
+        const std::vector<float> x1 = randn(H, seed++);
+        const Tensor x1d = upload(x1.data(), DType::f32, {1, H});
+        const Out again = outputs(), ref = outputs();
+        {
+          ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
+          ScopedEnv slices("HIBANA_CUDA_EXPERTS_SLICE_MATS", knobs[0] == '1' ? "1" : "0");
+          ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", knobs[1] == '1' ? "1" : "0");
+          timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights,
+                                   again.out, nullptr);
+        }
+        timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
+        timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
+        expect_same_bytes({{"ids", ref.ids, again.ids}, {"out", ref.out, again.out}});
       }
       const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {

@@ -343,6 +343,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
 
   if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
   if (early && !known) wait_previous();  // the activations are the previous kernel's output
+  // A known slice releases the next kernel without waiting (Params::slice_known): were it to
+  // release only after its loop, the next kernel's launch would wait for that loop too.
+  if (known && p.release_early) pdl_trigger();
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (r >= rows_here) return -1;
@@ -506,12 +509,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     slot = slot + 1 == D ? 0 : slot + 1;
     ring_slot = ring + slot * (S::kStageBytes / 16);
   }
-  if (known) {  // (its loads are done: wait before the stores, then release the next kernel)
-    pdl_wait();
-    pdl_trigger();
-  } else if (!p.release_early) {
-    pdl_trigger();  // every load of this CTA is done: the next may launch
-  }
+  if (!p.release_early) pdl_trigger();  // every load of this CTA is done: the next may launch
+  if (known) pdl_wait();                 // (before its stores)
 
   float total[4];
   if (scaled) {

@@ -71,7 +71,10 @@ struct Params {
   // matrix and its one row are known on the host (the shared expert folded in as the set's
   // last expert: at one token always the last slice, of the token's last pair). Its CTAs read
   // nothing the routing writes, so they stream and multiply before the kernel's wait, while
-  // the routing runs, and wait only before they store.
+  // the routing runs, and wait only before they store. They release the next kernel before
+  // their wait (the one exception to release_early's rule below): the other slices' CTAs, of
+  // which there is at least one (the token's routed pairs), release only after their own
+  // wait, and the next kernel launches once every CTA has released or exited.
   bool slice_known;
   int known_slice, known_row;
   MatPtr known_mat;
@@ -81,7 +84,8 @@ struct Params {
   // Decode kernel: release the next kernel as soon as this one has waited for the previous one
   // (the default; HIBANA_CUDA_EARLY_RELEASE=0: once its loads are done), so the next kernel's
   // weight copies can overlap this one's stream where SM slots are free. Never before this kernel's
-  // own wait: routing_ready relies on a launch following its predecessor's wait.
+  // own wait (save a known slice's CTAs: slice_known): routing_ready relies on a launch following
+  // its predecessor's wait.
   bool release_early;
   // Plain decode kernels (HIBANA_CUDA_RELEASE_BEFORE_WAIT=1, off by default, not yet measured):
   // release the next kernel once the ring's first copies are issued, before this kernel's own

@@ -358,7 +358,8 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   // f.shared_early: with the shared expert folded in as the set's last (a shared gate), one
   // token's gate/up slice of it is known before the routing (Params::slice_known).
   const bool shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
-                            static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1;
+                            static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
+                            experts.gate_up.size() == experts.gate.size();
   experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
                   f.split_norm, f.x_early, by_slice ? slice_mats->as<MatPtr>() : nullptr,
                   shared_early);

@@ -514,22 +514,27 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
     // (HIBANA_CUDA_EXPERTS_X_EARLY, on by default) or after it, and learn their stacked matrix
     // from the routing kernel (HIBANA_CUDA_EXPERTS_SLICE_MATS=1) or from the expert table, with
     // the SwiGLU in the gate/up launch or after it: the same ids, and the bits of the token in
-    // the batch of 40, every way.
-    const Tensor lg = t.upload(logits.data(), DType::f32, {1, E});
+    // the batch of 40, every way. Each way takes another token (9, 10, ...), so the experts'
+    // scratch holds other tokens' values before it: a slice that stored nothing would show.
+    int64_t tok = 9;
     for (const char* early : {"101", "001", "111", "011", "110"}) {
       ScopedEnv knob("HIBANA_CUDA_EXPERTS_X_EARLY", early[0] == '1' ? "1" : "0");
       ScopedEnv by_slice("HIBANA_CUDA_EXPERTS_SLICE_MATS", early[1] == '1' ? "1" : "0");
       ScopedEnv swiglu("HIBANA_CUDA_FUSED_SWIGLU", early[2] == '1' ? "1" : "0");
+      const Tensor lg = t.upload(logits.data() + tok * E, DType::f32, {1, E});
       const std::vector<int32_t> zero(k, 0);
       Tensor one_ids = t.upload(zero.data(), DType::i32, {1, k});
       Tensor one_w = t.device_f32(1, k), one = t.device_f32(1, H);
-      t.gpu->moe_route_experts(xd.slice_rows(0, 1), lg, k, true, Tensor{}, set.dev, one_ids, one_w,
-                               one, nullptr);
+      t.gpu->moe_route_experts(xd.slice_rows(tok, 1), lg, k, true, Tensor{}, set.dev, one_ids,
+                               one_w, one, nullptr);
       std::vector<int32_t> got_ids(k);
       copy_to_host(one_ids, got_ids.data());
-      EXPECT_EQ(got_ids, std::vector<int32_t>(ids.begin(), ids.begin() + k)) << early;
-      EXPECT_EQ(std::memcmp(t.download(one).data(), all.data(), H * sizeof(float)), 0)
-          << "one token through moe_route_experts, x early and slice matrices " << early;
+      EXPECT_EQ(got_ids, std::vector<int32_t>(ids.begin() + tok * k, ids.begin() + (tok + 1) * k))
+          << early;
+      EXPECT_EQ(std::memcmp(t.download(one).data(), all.data() + tok * H, H * sizeof(float)), 0)
+          << "token " << tok << " through moe_route_experts, x early, slice matrices, fused "
+          << "SwiGLU " << early;
+      ++tok;
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fusion_switches.h"
 #include "backend/cuda/host_copies.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/ops.h"
@@ -221,62 +222,6 @@ class CudaMemory final : public DeviceMemory {
   void zero(void* p, size_t bytes) override { HIBANA_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
   void synchronize() override { HIBANA_CUDA(cudaStreamSynchronize(stream())); }
 };
-
-// HIBANA_CUDA_FUSED_SWIGLU: the decode matmul of a stacked [gate ; up] (dense MLPs and the
-// MoE experts at up to 8 tokens) also computes silu(gate) * up, one launch fewer per layer
-// (the same bits). On by default (8B decode +1.4% at batch 1, 80B +1.4%: docs/benchmarks.md,
-// fourteenth slice); =0 turns it off. Read at every call (tests switch it).
-bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
-// HIBANA_CUDA_GROUPED_PREFETCH: the MoE down projection's decode kernel starts its weight
-// copies before waiting for the kernel before it, as plain products do (its routing is older).
-// On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
-// off. Read at every call.
-bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
-// HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
-// expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode
-// +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0
-// turns it off. Read at every call (tests switch it), as the others.
-bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
-// HIBANA_CUDA_FUSED_MATMUL_NORM=1: the DeltaNet's output projection applies the gated norm as its
-// decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off:
-// 0.991 and 0.977 on the 80B's decode at batch 1 (sixteenth and twentieth slices). (The norm
-// inside the recurrence instead, a CTA per value head where 128 CTAs held the state, was 2.1%
-// slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth slice; it is gone.)
-bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
-// HIBANA_CUDA_FUSED_MATMUL_CONV: a DeltaNet layer's input projection applies the conv as its
-// decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). On by
-// default: 80B decode 1.007 and 1.014 times as fast at batch 1 in two calls, 1.000 at 8 (H100,
-// docs/benchmarks.md, twentieth slice; 0.993 in the sixteenth, before the 6 KiB fp8 ring and
-// the routing by one warp); =0 turns it off.
-bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", true); }
-// HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
-// stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
-// bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
-// spreads over 8); 1.004 on an H100 in the nineteenth slice (docs/benchmarks.md).
-bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
-// HIBANA_CUDA_COMBINE_NORM_SPLIT=1: the same three ops in one launch with the combine spread
-// over its usual CTAs and each token's norm by its last CTA to finish (the same bits; takes
-// precedence over FUSED_COMBINE_NORM). On by default: 80B decode 1.014 times as fast at batch 1,
-// 1.008 at 8 (H100, docs/benchmarks.md, twentieth slice); =0 turns it off.
-bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLIT", true); }
-// HIBANA_CUDA_EXPERTS_X_EARLY: at batch 1 the experts' gate/up kernels split the token's
-// activations before their wait, before the routing is known (mm::Params::x_early; the same
-// bits). On by default (80B decode 1.018 times as fast at batch 1, H100, docs/benchmarks.md,
-// twentieth slice); =0 splits them after the wait.
-bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", true); }
-// HIBANA_CUDA_EXPERTS_SLICE_MATS=1: at batch 1 the routing kernel also writes each slice's
-// stacked gate/up matrix, so the gate/up learns it in one round trip to L2, not two
-// (mm::Params::slice_mats; the same bits). Off until measured: compiled only (twentieth slice).
-bool experts_slice_mats() { return knob_on("HIBANA_CUDA_EXPERTS_SLICE_MATS", false); }
-// HIBANA_CUDA_SHARED_EXPERT_EARLY=1: at batch 1 the shared expert's gate/up CTAs (whose matrix
-// and row the host knows) stream and multiply while the routing runs, and wait only before they
-// store (mm::Params::slice_known; the same bits). Off until measured: compiled only (twentieth
-// slice).
-bool shared_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", false); }
-// HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
-// gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
-// +0.5% at batch 1 alone); =0 turns it off.
-bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION_GATE", true); }
 
 class CudaBackend final : public Backend {
  public:
@@ -535,7 +480,7 @@ class CudaBackend final : public Backend {
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), split_norm,
-                                 experts_x_early(), experts_slice_mats(), shared_early()});
+                                 experts_x_early(), experts_slice_mats(), shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -56,6 +56,7 @@
 #include <utility>
 
 #include "backend/cuda/gemv_finish.cuh"
+#include "backend/cuda/gemv_prologue.cuh"
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/ops.h"
@@ -163,113 +164,19 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // Offsets below are k relative to the split's start, in 32 bits: the loop's address work is
   // one add per stream per stage, not a 64-bit product per load.
   const int span = static_cast<int>(k_end - k_first);
-  constexpr int kGroupsPerChunk = KC / 4;
   const int pitch = S::plane_pitch_bytes(p.split_len) / 4;  // words
-  // kXShared: the CTA's x_rows activation rows of its split into shared memory, row r from x
-  // row x_row_of(r) (-1: zeros), as three planes of bf16 terms.
-  auto share_x = [&](auto x_row_of) {
-    // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
-    // it splits them: the activations come from L2, one round trip per batch. kBatch is what
-    // a thread has (1 or 2 at batch 1): unused slots cost their address work too. An item's
-    // row is i / groups in floats, exact: (i + 0.5) / groups is at least 0.5 / groups from an
-    // integer (items <= 1109 here, 24 bytes each in kXSharedMax), the float error at most 8 *
-    // 2^-23.
-    uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
-    const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed
-    const int items = x_rows * groups;
-    const float inv_groups = 1.0f / static_cast<float>(groups);
-    auto split_x = [&](auto batch) {
-      constexpr int kBatch = decltype(batch)::value;
-      for (int first = 0; first < items; first += kBatch * kWarps * 32) {
-        float4 f[kBatch];
-        int at[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int i = first + b * kWarps * 32 + static_cast<int>(threadIdx.x);
-          f[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-          at[b] = -1;
-          if (i >= items) continue;
-          const int r = __float2int_rz((static_cast<float>(i) + 0.5f) * inv_groups);
-          const int q = i - r * groups;
-          at[b] = 3 * r * pitch + 2 * q;
-          const int64_t xr = x_row_of(r);
-          if (xr >= 0 && 4 * q < span) {
-            const float* src = p.x + xr * p.ldx + k_first + 4 * q;
-            // (from L2: x_first reads them before the wait, where L1 could hold older lines)
-            f[b] = p.vec_x ? __ldcg(reinterpret_cast<const float4*>(src))
-                           : make_float4(__ldcg(src), __ldcg(src + 1), __ldcg(src + 2),
-                                         __ldcg(src + 3));
-          }
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          if (at[b] < 0) continue;
-          const Split3 b01 = split3(f[b].x, f[b].y), b23 = split3(f[b].z, f[b].w);
-          uint32_t* dst = xw + at[b];
-          *reinterpret_cast<uint2*>(dst) = make_uint2(b01.h, b23.h);
-          *reinterpret_cast<uint2*>(dst + pitch) = make_uint2(b01.m, b23.m);
-          *reinterpret_cast<uint2*>(dst + 2 * pitch) = make_uint2(b01.l, b23.l);
-        }
-      }
-    };
-    // The gated norm (Params::norm_w): a warp per (row, group of G values), norm_group_warp's
-    // arithmetic in registers (value lane + 32 u of the group), each even lane splitting the
-    // pair it holds with its neighbour's value.
-    auto norm_split = [&] {
-      const int G = p.norm_group, per_row = span / G;
-      for (int it = warp; it < x_rows * per_row; it += kWarps) {
-        const int r = it / per_row, k0 = (it - r * per_row) * G;
-        const int64_t xr = x_row_of(r);
-        const float* xs = p.x + (xr >= 0 ? xr * p.ldx : 0) + k_first + k0;
-        const float* zs = p.gate_z + (xr >= 0 ? xr * p.ldz : 0) + k_first + k0;
-        float xv[4], zv[4], wv[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int i = lane + 32 * u;
-          const bool in = i < G && xr >= 0;
-          xv[u] = in ? xs[i] : 0.0f;
-          zv[u] = in ? zs[i] : 0.0f;
-          wv[u] = i < G ? p.norm_w[i] : 0.0f;
-        }
-        float ss = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          if (lane + 32 * u < G) ss = fmaf(xv[u], xv[u], ss);
-        }
-        const float inv = rms_inverse(warp_sum(ss), static_cast<float>(G), p.norm_eps);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float y = norm_value<true>(xv[u], wv[u], zv[u], inv, false);
-          const float next = __shfl_down_sync(~0u, y, 1);
-          const int i = lane + 32 * u;
-          if ((lane & 1) || i >= G) continue;
-          const Split3 b = split3(y, next);
-          uint32_t* dst = xw + 3 * r * pitch + (k0 + i) / 2;
-          dst[0] = b.h;
-          dst[pitch] = b.m;
-          dst[2 * pitch] = b.l;
-        }
-      }
-    };
-    const int per_thread = (items + kWarps * 32 - 1) / (kWarps * 32);
-    if (p.norm_w != nullptr) {
-      norm_split();
-    } else if (per_thread <= 1) {
-      split_x(std::integral_constant<int, 1>{});
-    } else if (per_thread <= 2) {
-      split_x(std::integral_constant<int, 2>{});
-    } else if (per_thread <= 4) {
-      split_x(std::integral_constant<int, 4>{});
-    } else {
-      split_x(std::integral_constant<int, 8>{});
-    }
-  };
+  // kXShared: the CTA's activations of its split, in shared memory past the rings
+  // (share_activations, gemv_prologue.cuh).
+  uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
   // Params::x_early: a grouped launch of one token's pairs splits that token's activations
   // before its wait and before it reads the routing (x row 0 whatever its group).
   const bool x_first = kGrouped && kXShared && p.x_early;
   assert(!x_first || (x_rows == 1 && p.norm_w == nullptr));
   if constexpr (kXShared) {
-    if (x_first) share_x([](int r) -> int64_t { return r == 0 ? 0 : -1; });
+    if (x_first) {
+      share_activations<S, kWarps>(p, xw, k_first, span, pitch, x_rows,
+                                   [](int r) -> int64_t { return r == 0 ? 0 : -1; });
+    }
   }
   if (!early) wait_previous();
   MatPtr mat = p.single;
@@ -281,28 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     if (kGrouped && early) pdl_wait();
   };
   if constexpr (kGrouped) {
-    if (known) {
-      mat = p.known_mat;
-      rows_here = 1;  // (its row: p.known_row, out_rows below)
-    } else if (p.slice_mats != nullptr) {  // (Params::slice_mats: one token)
-      const int z = blockIdx.z;
-      const int n = __ldcg(p.n_active);
-      const longlong2 m = __ldcg(reinterpret_cast<const longlong2*>(p.slice_mats + z));
-      if (z >= n) return leave_early();
-      mat.w = reinterpret_cast<const void*>(m.x);
-      mat.scale = reinterpret_cast<const void*>(m.y);
-      rows = p.group_rows + z;
-      rows_here = 1;
-    } else {
-      const int grp = group_of_slice(p);
-      if (grp < 0) return leave_early();
-      mat = p.mats[grp];
-      const int32_t first = __ldcg(p.group_offset + grp);
-      const int32_t end = __ldcg(p.group_offset + grp + 1);
-      rows = p.group_rows + first;
-      rows_here = end - first;
-    }
-    if (not_my_group(p, rows_here)) return leave_early();
+    if (!slice_group(p, known, mat, rows, rows_here)) return leave_early();
   }
   if (rows_here <= 0) return leave_early();
 
@@ -352,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     return kGrouped ? rows[r] / p.x_div : r;
   };
   if constexpr (kXShared) {
-    if (!x_first) share_x(x_row_of);
+    if (!x_first) share_activations<S, kWarps>(p, xw, k_first, span, pitch, x_rows, x_row_of);
     __syncthreads();
   }
   // This lane's B column: token x_tok, all three terms (unpacked) or term x_term (packed).
@@ -364,8 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   assert(!kPacked || rows_here <= 2);
   const bool has_x = column_used && x_tok < x_rows;
   const uint4* xs_lane =
-      reinterpret_cast<const uint4*>(reinterpret_cast<const uint32_t*>(smem + S::kSmem) +
-                                     (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
+      reinterpret_cast<const uint4*>(xw + (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
   const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
   auto load_x = [&](int k0, float(&v)[S::kXPerStage]) {
 #pragma unroll

@@ -203,13 +203,13 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
 
 namespace {
 
-// moe_experts on pairs already grouped by expert; with `then`, its add_rmsnorm in the combine's
-// kernel (which must be add_rmsnorm's wide kernel).
+// moe_experts on pairs already grouped by expert, with the fusions f (f.route is the caller's);
+// with `then`, its add_rmsnorm in the combine's kernel (which must be add_rmsnorm's wide
+// kernel). slice_mats: the gate/up matrices the routing wrote (Params::slice_mats), or null.
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, bool fuse_swiglu, bool prefetch_down,
-                     bool split_norm = false, bool x_early = false,
-                     const MatPtr* slice_mats = nullptr, bool shared_early = false) {
+                     const Backend::ResidualNorm* then, const MoeFusions& f,
+                     const MatPtr* slice_mats = nullptr) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -222,14 +222,12 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   Tensor ut(gate_up.as<float>() + I, DType::f32, {pairs, I}, Device::cuda);
   gt.stride[0] = ut.stride[0] = 2 * I;
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
-  // every group (false otherwise, nothing launched). routing_ready: Params::routing_ready;
-  // x_ready: Params::x_early, for the launches that read x (not the down projection's).
-  // by_slice: Params::slice_mats, the gate/up matrices the routing wrote (null: none); known:
-  // the matrix of Params::slice_known (the stacked gate/up's shared expert), or none.
+  // every group (false otherwise, nothing launched). reads_x: a gate/up launch (x is the
+  // experts' input: Params::x_early, slice_mats and slice_known apply), else the down
+  // projection (its routing is two or more launches old: Params::routing_ready, its weights
+  // streamed before its wait where f.prefetch_down).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, int64_t pair = 0, bool routing_ready = false,
-                     bool x_ready = false, const MatPtr* by_slice = nullptr,
-                     const Weight* known = nullptr) {
+                     int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
@@ -244,14 +242,17 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.n_active = groups.n_active();
     p.tile_start = groups.tile_start();
     p.pair = pair;
-    p.routing_ready = routing_ready;
-    p.x_early = x_ready && x_early && pairs == x_div;
-    p.slice_mats = by_slice;
-    if (known != nullptr && p.x_early) {  // (one token: its last pair, the last slice)
+    p.routing_ready = !reads_x && f.prefetch_down;
+    p.x_early = reads_x && f.x_early && T == 1;
+    p.slice_mats = reads_x ? slice_mats : nullptr;
+    // f.shared_early: the stacked set's last expert is the shared one, at one token the last
+    // pair and the last slice
+    if (p.x_early && f.shared_early && !experts.gate_up.empty()) {
+      const Weight& shared = experts.gate_up.back();
       p.slice_known = true;
       p.known_slice = static_cast<int>(pairs - 1);
       p.known_row = static_cast<int>(pairs - 1);
-      p.known_mat = {known->w.data, known->scale.empty() ? nullptr : known->scale.data};
+      p.known_mat = {shared.w.data, shared.scale.empty() ? nullptr : shared.scale.data};
     }
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
@@ -261,22 +262,19 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   };
   const int kx = static_cast<int>(k);
   if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
-    // shared_early: the set's last expert is the shared one, every token's last pair
-    const Weight* known = shared_early ? &experts.gate_up.back() : nullptr;
-    if (!fuse_swiglu || !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I,
-                                 I, false, true, slice_mats, known)) {
-      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, false, true,
-              slice_mats, known);
+    if (!f.swiglu || !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I,
+                              true)) {
+      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, true);
       silu_mul(gt, ut, gt);
     }
   } else {
-    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I, 0, false, true);
-    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I, 0, false, true);
+    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I, 0, true);
+    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I, 0, true);
     silu_mul(gt, ut, gt);
   }
   // The down projection's routing was written two or more launches back (gate/up in between):
   // its decode kernel may stream its weights before it waits.
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, prefetch_down);
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, false);
   const Pairs pairs_out{y.as<float>(), weights.ptr<float>(), ids.ptr<int32_t>(),
                         static_cast<int>(k), H};
   if (then) {
@@ -287,7 +285,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                          then->weight.ptr<float>(), then->eps,
                          then->zero_centred,        then->normed.ptr<float>(),
                          ld(then->normed)};
-    if (split_norm) {
+    if (f.split_norm) {
       const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
                       static_cast<unsigned>(T));
       launch_pdl(combine_add_norm_split_kernel, grid, kWideThreads, 0, pairs_out,
@@ -319,7 +317,10 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   check_experts(experts);
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   group_by_expert(ids.ptr<int32_t>(), groups);
-  experts_grouped(x, ids, weights, experts, groups, out, nullptr, fuse_swiglu, prefetch_down);
+  MoeFusions f{};
+  f.swiglu = fuse_swiglu;
+  f.prefetch_down = prefetch_down;
+  experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
 }
 
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
@@ -342,7 +343,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   // f.slice_mats: the routing of one token also writes each slice's stacked gate/up matrix.
   std::unique_ptr<Scratch> slice_mats;
-  if (f.route && f.slice_mats && T == 1 && ids.shape[1] <= 32 && !experts.gate_up.empty()) {
+  if (f.route && f.slice_mats && routes_by_one_warp(T, ids.shape[1]) && !experts.gate_up.empty()) {
     slice_mats = std::make_unique<Scratch>(ids.numel() * sizeof(MatPtr));
   }
   bool by_slice = false;
@@ -357,12 +358,12 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   }
   // f.shared_early: with the shared expert folded in as the set's last (a shared gate), one
   // token's gate/up slice of it is known before the routing (Params::slice_known).
-  const bool shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
-                            static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
-                            experts.gate_up.size() == experts.gate.size();
-  experts_grouped(x, ids, weights, experts, groups, out, then, f.swiglu, f.prefetch_down,
-                  f.split_norm, f.x_early, by_slice ? slice_mats->as<MatPtr>() : nullptr,
-                  shared_early);
+  MoeFusions g = f;
+  g.shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
+                   static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
+                   experts.gate_up.size() == experts.gate.size();
+  experts_grouped(x, ids, weights, experts, groups, out, then, g,
+                  by_slice ? slice_mats->as<MatPtr>() : nullptr);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

@@ -397,7 +397,7 @@ bool route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Te
   check(a.T <= kRouteGroupTokens && a.T * a.ldo == g.pairs, ErrorKind::internal,
         "route_and_group: tokens or pairs");
   if (a.T == 0) return false;
-  const bool one = a.T == 1 && a.ldo <= 32;
+  const bool one = routes_by_one_warp(a.T, a.ldo);
   with_keys_per_lane(a, [&](auto per) {
     constexpr int kPer = decltype(per)::value;
     GroupArgs ga = group_args(ids.ptr<int32_t>(), g);

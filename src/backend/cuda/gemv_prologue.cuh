@@ -1,0 +1,151 @@
+// Private to matmul_gemv.cu: what the decode kernel does before its loop — the group a grouped
+// CTA serves (its matrix and rows), and the split of its activations into shared memory.
+#pragma once
+
+#include <type_traits>
+
+#include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/mma_common.cuh"
+
+namespace hibana::cuda::mm {
+
+// A grouped CTA's group: its matrix, its rows (the group's slice of the row list) and their
+// count. known (Params::slice_known): the host's matrix, one row (out_rows takes it from
+// Params::known_row); Params::slice_mats: the matrix the routing wrote for this slice, one row
+// at the slice's place; otherwise the slice's active expert, then its matrix and offsets.
+// Returns false where the CTA has nothing to do (a slice past the active ones, or a group
+// another launch serves).
+__device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr& mat,
+                                            const int32_t*& rows, int64_t& rows_here) {
+  if (known) {
+    mat = p.known_mat;
+    rows_here = 1;
+  } else if (p.slice_mats != nullptr) {  // (one token)
+    const int z = blockIdx.z;
+    const int n = __ldcg(p.n_active);
+    const longlong2 m = __ldcg(reinterpret_cast<const longlong2*>(p.slice_mats + z));
+    if (z >= n) return false;
+    mat.w = reinterpret_cast<const void*>(m.x);
+    mat.scale = reinterpret_cast<const void*>(m.y);
+    rows = p.group_rows + z;
+    rows_here = 1;
+  } else {
+    const int grp = group_of_slice(p);
+    if (grp < 0) return false;
+    mat = p.mats[grp];
+    const int32_t first = __ldcg(p.group_offset + grp);
+    const int32_t end = __ldcg(p.group_offset + grp + 1);
+    rows = p.group_rows + first;
+    rows_here = end - first;
+  }
+  return !not_my_group(p, rows_here);
+}
+
+// The CTA's x_rows activation rows of its split [k_first, k_first + span) into shared memory at
+// xw, row r from x row x_row_of(r) (-1: zeros), as three planes of bf16 terms per row, pitch
+// words apart (the kernel's B fragments); or, with Params::norm_w, the gated norm's outputs.
+// S: the kernel's Gemv shape (its chunk KC); kWarps warps.
+template <typename S, int kWarps, typename RowOf>
+__device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw, int64_t k_first,
+                                                  int span, int pitch, int x_rows,
+                                                  RowOf x_row_of) {
+  constexpr int KC = S::KC, kGroupsPerChunk = KC / 4, kThreads = kWarps * 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
+  // it splits them: the activations come from L2, one round trip per batch. kBatch is what
+  // a thread has (1 or 2 at batch 1): unused slots cost their address work too. An item's
+  // row is i / groups in floats, exact: (i + 0.5) / groups is at least 0.5 / groups from an
+  // integer (items <= 1109 here, 24 bytes each in kXSharedMax), the float error at most 8 *
+  // 2^-23.
+  const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed
+  const int items = x_rows * groups;
+  const float inv_groups = 1.0f / static_cast<float>(groups);
+  auto split_x = [&](auto batch) {
+    constexpr int kBatch = decltype(batch)::value;
+    for (int first = 0; first < items; first += kBatch * kThreads) {
+      float4 f[kBatch];
+      int at[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kThreads + static_cast<int>(threadIdx.x);
+        f[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+        at[b] = -1;
+        if (i >= items) continue;
+        const int r = __float2int_rz((static_cast<float>(i) + 0.5f) * inv_groups);
+        const int q = i - r * groups;
+        at[b] = 3 * r * pitch + 2 * q;
+        const int64_t xr = x_row_of(r);
+        if (xr >= 0 && 4 * q < span) {
+          const float* src = p.x + xr * p.ldx + k_first + 4 * q;
+          // (from L2: Params::x_early reads them before the wait, where L1 could hold older
+          // lines)
+          f[b] = p.vec_x ? __ldcg(reinterpret_cast<const float4*>(src))
+                         : make_float4(__ldcg(src), __ldcg(src + 1), __ldcg(src + 2),
+                                       __ldcg(src + 3));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (at[b] < 0) continue;
+        const Split3 b01 = split3(f[b].x, f[b].y), b23 = split3(f[b].z, f[b].w);
+        uint32_t* dst = xw + at[b];
+        *reinterpret_cast<uint2*>(dst) = make_uint2(b01.h, b23.h);
+        *reinterpret_cast<uint2*>(dst + pitch) = make_uint2(b01.m, b23.m);
+        *reinterpret_cast<uint2*>(dst + 2 * pitch) = make_uint2(b01.l, b23.l);
+      }
+    }
+  };
+  // The gated norm (Params::norm_w): a warp per (row, group of G values), norm_group_warp's
+  // arithmetic in registers (value lane + 32 u of the group), each even lane splitting the
+  // pair it holds with its neighbour's value.
+  auto norm_split = [&] {
+    const int G = p.norm_group, per_row = span / G;
+    for (int it = warp; it < x_rows * per_row; it += kThreads / 32) {
+      const int r = it / per_row, k0 = (it - r * per_row) * G;
+      const int64_t xr = x_row_of(r);
+      const float* xs = p.x + (xr >= 0 ? xr * p.ldx : 0) + k_first + k0;
+      const float* zs = p.gate_z + (xr >= 0 ? xr * p.ldz : 0) + k_first + k0;
+      float xv[4], zv[4], wv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = lane + 32 * u;
+        const bool in = i < G && xr >= 0;
+        xv[u] = in ? xs[i] : 0.0f;
+        zv[u] = in ? zs[i] : 0.0f;
+        wv[u] = i < G ? p.norm_w[i] : 0.0f;
+      }
+      float ss = 0.0f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (lane + 32 * u < G) ss = fmaf(xv[u], xv[u], ss);
+      }
+      const float inv = rms_inverse(warp_sum(ss), static_cast<float>(G), p.norm_eps);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float y = norm_value<true>(xv[u], wv[u], zv[u], inv, false);
+        const float next = __shfl_down_sync(~0u, y, 1);
+        const int i = lane + 32 * u;
+        if ((lane & 1) || i >= G) continue;
+        const Split3 b = split3(y, next);
+        uint32_t* dst = xw + 3 * r * pitch + (k0 + i) / 2;
+        dst[0] = b.h;
+        dst[pitch] = b.m;
+        dst[2 * pitch] = b.l;
+      }
+    }
+  };
+  const int per_thread = (items + kThreads - 1) / kThreads;
+  if (p.norm_w != nullptr) {
+    norm_split();
+  } else if (per_thread <= 1) {
+    split_x(std::integral_constant<int, 1>{});
+  } else if (per_thread <= 2) {
+    split_x(std::integral_constant<int, 2>{});
+  } else if (per_thread <= 4) {
+    split_x(std::integral_constant<int, 4>{});
+  } else {
+    split_x(std::integral_constant<int, 8>{});
+  }
+}
+
+}  // namespace hibana::cuda::mm

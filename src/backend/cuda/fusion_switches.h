@@ -55,9 +55,9 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 inline bool experts_slice_mats() { return knob_on("HIBANA_CUDA_EXPERTS_SLICE_MATS", false); }
 // HIBANA_CUDA_SHARED_EXPERT_EARLY=1: at batch 1 the shared expert's gate/up CTAs (whose matrix
 // and row the host knows) stream and multiply while the routing runs, and wait only before they
-// store (mm::Params::slice_known; the same bits). Off until measured: compiled only (twentieth
-// slice).
-inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", false); }
+// store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
+// slice); =0 runs it after the routing like the routed experts.
+inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.

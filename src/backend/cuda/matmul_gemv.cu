@@ -224,8 +224,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     slot_issue = slot_issue + 1 == D ? 0 : slot_issue + 1;
   };
   for (int q = 0; q < D - 1; ++q) issue();
-  int32_t orow[4];  // (grouped: their loads' round trip overlaps the copies just issued)
-  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
 
   if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
   if (early && !known) wait_previous();  // the activations are the previous kernel's output
@@ -404,6 +402,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   } else {
     fold(total);
   }
+  int32_t orow[4];
+  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
   finish<kPaired>(p, total, orow, my_split, rA, rB);
 }
 

@@ -70,8 +70,9 @@ struct Pairs {
 // row was never written). kBatch pairs' ids, weights and outputs of every column are loaded
 // before any is used: one round trip per batch of pairs, whatever kGroup (a column at a time,
 // a thread holding 8 of them would wait two round trips for each, one after another). y has a
-// row for every pair, used or not, so the loads are in bounds. kBatch 16 where a thread takes
-// one column: the 80B's 11 pairs a token in one round trip, not two (8, then 3).
+// row for every pair, used or not, so the loads are in bounds. (16 pairs a round trip where a
+// thread takes one column, the 80B's 11 in one, measured the same: 1.004 and 0.999 at batch 1
+// and 8, twenty-first slice.)
 template <int kGroup, int kBatch = 8>
 __device__ __forceinline__ void combine_columns(const Pairs& p, int64_t t, int64_t c0,
                                                 int64_t stride, float (&acc)[kGroup]) {
@@ -108,7 +109,7 @@ __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) 
   if (i >= T * p.H) return;
   const int64_t t = i / p.H, c = i % p.H;
   float acc[1];
-  combine_columns<1, 16>(p, t, c, 0, acc);
+  combine_columns(p, t, c, 0, acc);
   out[t * ldo + c] = acc[0];
 }
 
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's 
   }
   for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < H; i += kWideThreads) {
     float acc[1];
-    combine_columns<1, 16>(p, t, i, 0, acc);
+    combine_columns(p, t, i, 0, acc);
     orow[i] = acc[0];
   }
   wide_norm_group<false, true>(r.x + t * r.ldx, nullptr, orow, r.w, wv, r.eps, r.zero_centred, H,
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(kWideThreads)
   float* xr = r.x + t * r.ldx;
   if (c < H) {
     float acc[1];
-    combine_columns<1, 16>(p, t, c, 0, acc);
+    combine_columns(p, t, c, 0, acc);
     out[t * ldo + c] = acc[0];
     xr[c] = xr[c] + acc[0];
   }

@@ -247,41 +247,6 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
     timeout 200 tools/gpu/check.sh sweep 2>&1 | tail -6
 }
 
-# The twentieth slice's compiled-only changes (the decode kernel's output rows read before its
-# loop, the combine's 16 pairs a round trip, HIBANA_CUDA_EXPERTS_SLICE_MATS=1,
-# HIBANA_CUDA_SHARED_EXPERT_EARLY=1) tested and timed: here first `tools/gpu/ab_ref.sh
-# 362303b` (the tree before them), carry .abref; every CUDA test (the routing test runs one
-# token with each switch on), the model and engine tests with both switches on, then both
-# trees and the switches at batch 1 and 8.
-call14() {
-  timeout 150 tools/gpu/check.sh build tests 2>&1 | tail -5
-  KNOBS="HIBANA_CUDA_EXPERTS_SLICE_MATS=1 HIBANA_CUDA_SHARED_EXPERT_EARLY=1" timeout 100 \
-    tools/gpu/check.sh tests-knobs 2>&1 | tail -3
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 200 tools/gpu/check.sh ab 2>&1 |
-    tail -6
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1 VARIANTS="base;HIBANA_CUDA_EXPERTS_SLICE_MATS=1;\
-HIBANA_CUDA_SHARED_EXPERT_EARLY=1;HIBANA_CUDA_EXPERTS_SLICE_MATS=1 HIBANA_CUDA_SHARED_EXPERT_EARLY=1" \
-    timeout 150 tools/gpu/check.sh sweep 2>&1 | tail -6
-}
-
-# Twenty-first slice: which of 362303b..56c4504 cost 2% at batch 8 (pending.sh 14: 0.990 b1,
-# 0.979 b8 against 362303b). Every CUDA test (the MoE one-token test ran no more after
-# slice_rows(tok, 1)), then edited builds: out_rows back in the finish (late), the combine's
-# 8 pairs a round trip (c8), and the shared expert after the routing, at batch 1 and 8.
-call15() {
-  timeout 150 tools/gpu/check.sh build tests 2>&1 | tail -5
-  local late='/^  int32_t orow\[4\];/d;/^  out_rows<kGrouped, kPacked>/d;s/^(  +)finish<kPaired>\(/'
-  late+='\1int32_t orow[4];\n\1out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, '
-  late+='known ? p.known_row : -1);\n\1finish<kPaired>(/'
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 EDITS="orig
-late $late" timeout 170 tools/gpu/check.sh edit-sweep 2>&1 | tail -6
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 FILE=src/backend/cuda/moe.cu EDITS="orig
-c8 s/combine_columns<1, 16>/combine_columns<1, 8>/g" timeout 150 tools/gpu/check.sh edit-sweep \
-    2>&1 | tail -6
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 VARIANTS="base;\
-HIBANA_CUDA_SHARED_EXPERT_EARLY=0" timeout 100 tools/gpu/check.sh sweep 2>&1 | tail -6
-}
-
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -301,8 +266,6 @@ case "${1:-}" in
   10) call10 ;;
   12) call12 ;;
   13) call13 ;;
-  14) call14 ;;
-  15) call15 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|ring" >&2; exit 2 ;;
 esac

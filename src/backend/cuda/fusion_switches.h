@@ -49,10 +49,6 @@ inline bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLI
 // bits). On by default (80B decode 1.018 times as fast at batch 1, H100, docs/benchmarks.md,
 // twentieth slice); =0 splits them after the wait.
 inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", true); }
-// HIBANA_CUDA_EXPERTS_SLICE_MATS=1: at batch 1 the routing kernel also writes each slice's
-// stacked gate/up matrix, so the gate/up learns it in one round trip to L2, not two
-// (mm::Params::slice_mats; the same bits). Off until measured: compiled only (twentieth slice).
-inline bool experts_slice_mats() { return knob_on("HIBANA_CUDA_EXPERTS_SLICE_MATS", false); }
 // HIBANA_CUDA_SHARED_EXPERT_EARLY=1: at batch 1 the shared expert's gate/up CTAs (whose matrix
 // and row the host knows) stream and multiply while the routing runs, and wait only before they
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first

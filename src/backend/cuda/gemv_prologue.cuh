@@ -11,23 +11,13 @@ namespace hibana::cuda::mm {
 
 // A grouped CTA's group: its matrix, its rows (the group's slice of the row list) and their
 // count. known (Params::slice_known): the host's matrix, one row (out_rows takes it from
-// Params::known_row); Params::slice_mats: the matrix the routing wrote for this slice, one row
-// at the slice's place; otherwise the slice's active expert, then its matrix and offsets.
+// Params::known_row); otherwise the slice's active expert, then its matrix and offsets.
 // Returns false where the CTA has nothing to do (a slice past the active ones, or a group
 // another launch serves).
 __device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr& mat,
                                             const int32_t*& rows, int64_t& rows_here) {
   if (known) {
     mat = p.known_mat;
-    rows_here = 1;
-  } else if (p.slice_mats != nullptr) {  // (one token)
-    const int z = blockIdx.z;
-    const int n = __ldcg(p.n_active);
-    const longlong2 m = __ldcg(reinterpret_cast<const longlong2*>(p.slice_mats + z));
-    if (z >= n) return false;
-    mat.w = reinterpret_cast<const void*>(m.x);
-    mat.scale = reinterpret_cast<const void*>(m.y);
-    rows = p.group_rows + z;
     rows_here = 1;
   } else {
     const int grp = group_of_slice(p);

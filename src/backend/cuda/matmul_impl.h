@@ -9,9 +9,8 @@
 
 namespace hibana::cuda::mm {
 
-// One weight matrix (or one expert's) as the kernels read it (16-byte aligned: the decode
-// kernel loads one in a single 16-byte load, Params::slice_mats).
-struct alignas(16) MatPtr {
+// One weight matrix (or one expert's) as the kernels read it.
+struct MatPtr {
   const void* w;
   const void* scale;  // null when unscaled
 };
@@ -61,12 +60,6 @@ struct Params {
   // kernel may read and split them before its own wait, before it knows its group. (The same
   // reading of the launch order as routing_ready's.)
   bool x_early;
-  // Grouped decode launches of one token's pairs (null otherwise): slice z's matrix, written by
-  // the routing kernel (route_one_kernel: mats[active[z]]). Its group is then the z-th active
-  // one, of one row at z (a token's pairs go to distinct experts, in expert order), so the
-  // kernel learns its matrix and rows in one round trip to L2 (with n_active), not two (the
-  // expert, then its matrix and offsets).
-  const MatPtr* slice_mats;
   // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
   // matrix and its one row are known on the host (the shared expert folded in as the set's
   // last expert: at one token always the last slice, of the token's last pair). Its CTAs read

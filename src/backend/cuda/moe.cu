@@ -206,11 +206,10 @@ namespace {
 
 // moe_experts on pairs already grouped by expert, with the fusions f (f.route is the caller's);
 // with `then`, its add_rmsnorm in the combine's kernel (which must be add_rmsnorm's wide
-// kernel). slice_mats: the gate/up matrices the routing wrote (Params::slice_mats), or null.
+// kernel).
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, const MoeFusions& f,
-                     const MatPtr* slice_mats = nullptr) {
+                     const Backend::ResidualNorm* then, const MoeFusions& f) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -224,7 +223,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   gt.stride[0] = ut.stride[0] = 2 * I;
   // pair > 0: the SwiGLU launch (gate_up, out silu(gate) * up), where the decode kernel takes
   // every group (false otherwise, nothing launched). reads_x: a gate/up launch (x is the
-  // experts' input: Params::x_early, slice_mats and slice_known apply), else the down
+  // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
   // streamed before its wait where f.prefetch_down).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
@@ -245,7 +244,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.pair = pair;
     p.routing_ready = !reads_x && f.prefetch_down;
     p.x_early = reads_x && f.x_early && T == 1;
-    p.slice_mats = reads_x ? slice_mats : nullptr;
     // f.shared_early: the stacked set's last expert is the shared one, at one token the last
     // pair and the last slice
     if (p.x_early && f.shared_early && !experts.gate_up.empty()) {
@@ -342,17 +340,8 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  // f.slice_mats: the routing of one token also writes each slice's stacked gate/up matrix.
-  std::unique_ptr<Scratch> slice_mats;
-  if (f.route && f.slice_mats && routes_by_one_warp(T, ids.shape[1]) && !experts.gate_up.empty()) {
-    slice_mats = std::make_unique<Scratch>(ids.numel() * sizeof(MatPtr));
-  }
-  bool by_slice = false;
   if (f.route) {
-    by_slice = route_and_group(
-        logits, k, renormalise, shared_gate, ids, weights, groups,
-        slice_mats ? static_cast<const MatPtr*>(tables_for(experts).gate_up.data()) : nullptr,
-        slice_mats ? slice_mats->as<MatPtr>() : nullptr);
+    route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
   } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
@@ -363,8 +352,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   g.shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
                    static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
                    experts.gate_up.size() == experts.gate.size();
-  experts_grouped(x, ids, weights, experts, groups, out, then, g,
-                  by_slice ? slice_mats->as<MatPtr>() : nullptr);
+  experts_grouped(x, ids, weights, experts, groups, out, then, g);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

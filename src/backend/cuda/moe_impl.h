@@ -42,12 +42,8 @@ inline bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
 }
 
 // moe_route (ops.h) and group_by_expert of its ids in one launch, for at most
-// kRouteGroupTokens tokens: the routing's bits, the grouping's result. With mats_in (a
-// table of E matrices) and slice_mats ([pairs]), one token's routing also writes the matrix
-// of each slice, slice_mats[z] = mats_in[active[z]] (mm::Params::slice_mats), and returns
-// true; false where it did not (more tokens, or more pairs than a warp routes).
-bool route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
-                     Tensor ids, Tensor weights, const Grouping& g,
-                     const mm::MatPtr* mats_in = nullptr, mm::MatPtr* slice_mats = nullptr);
+// kRouteGroupTokens tokens: the routing's bits, the grouping's result.
+void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+                     Tensor ids, Tensor weights, const Grouping& g);
 
 }  // namespace hibana::cuda

@@ -159,8 +159,6 @@ struct GroupArgs {
   int64_t pairs;
   int E;
   int32_t *offsets, *rows, *active, *n_active, *tile_start;
-  const mm::MatPtr* mats_in;  // route_one_kernel: with slice_mats, each slice's matrix
-  mm::MatPtr* slice_mats;
 };
 
 GroupArgs group_args(const int32_t* ids, const Grouping& g) {
@@ -171,9 +169,7 @@ GroupArgs group_args(const int32_t* ids, const Grouping& g) {
           g.rows.as<int32_t>(),
           g.active.as<int32_t>(),
           g.n_active(),
-          g.tile_start(),
-          nullptr,
-          nullptr};
+          g.tile_start()};
 }
 
 // Groups the pairs by expert (Grouping). One CTA of up to 1024 threads, with 2 * E int32 of
@@ -311,8 +307,6 @@ __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g)
   const int lane = threadIdx.x;
   const int e = route_token<kPer>(a, 0, lane), E = g.E;
   const bool valid = e >= 0 && e < E;  // (group_pairs skips ids outside [0, E) too)
-  mm::MatPtr mat{};  // (its load overlaps the offsets below)
-  if (g.slice_mats != nullptr && valid) mat = g.mats_in[e];
   const unsigned same = __match_any_sync(~0u, e);  // (every lane calls it)
   assert(!valid || __popc(same) == 1);              // distinct experts
   (void)same;
@@ -328,7 +322,6 @@ __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g)
     g.rows[below] = lane;
     g.active[below] = e;
     g.tile_start[below] = below;
-    if (g.slice_mats != nullptr) g.slice_mats[below] = mat;
   }
   if (lane == 0) {  // base: every valid pair
     *g.n_active = base;
@@ -390,22 +383,17 @@ void group_by_expert(const int32_t* ids, const Grouping& g) {
   launched("group_by_expert_kernel");
 }
 
-bool route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
-                     Tensor ids, Tensor weights, const Grouping& g, const mm::MatPtr* mats_in,
-                     mm::MatPtr* slice_mats) {
+void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
+                     Tensor ids, Tensor weights, const Grouping& g) {
   RouteArgs a = route_args(logits, k, renormalise, shared_gate, ids, weights);
   check(a.T <= kRouteGroupTokens && a.T * a.ldo == g.pairs, ErrorKind::internal,
         "route_and_group: tokens or pairs");
-  if (a.T == 0) return false;
+  if (a.T == 0) return;
   const bool one = routes_by_one_warp(a.T, a.ldo);
   with_keys_per_lane(a, [&](auto per) {
     constexpr int kPer = decltype(per)::value;
     GroupArgs ga = group_args(ids.ptr<int32_t>(), g);
     if (one) {
-      if (mats_in != nullptr && slice_mats != nullptr) {
-        ga.mats_in = mats_in;
-        ga.slice_mats = slice_mats;
-      }
       launch_pdl(route_one_kernel<kPer>, 1, 32, 0, a, ga);
       launched("route_one_kernel");
       return;
@@ -413,7 +401,6 @@ bool route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Te
     launch_pdl(route_group_kernel<kPer>, 1, kGroupThreads, 2 * g.E * sizeof(int32_t), a, ga);
     launched("route_group_kernel");
   });
-  return one && mats_in != nullptr && slice_mats != nullptr;
 }
 
 }  // namespace hibana::cuda

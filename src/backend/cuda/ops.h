@@ -83,13 +83,11 @@ constexpr int64_t kCombineNormTokens = 64;
 // split_norm: with `then`, the combine keeps its CTAs (kWideThreads columns each) and each
 // token's last CTA to finish applies the norm, instead of one CTA per token for all of it.
 // x_early: at one token, the gate/up launches read x before their wait (mm::Params::x_early;
-// x must be older than the routing's launches, as the router's input is). slice_mats: at one
-// token with stacked gate/up matrices, the routing writes each slice's gate/up matrix
-// (mm::Params::slice_mats). shared_early: at one token with a shared gate (the shared expert
-// folded in as the set's last), the gate/up slice of the shared expert runs before the routing
-// is known (mm::Params::slice_known).
+// x must be older than the routing's launches, as the router's input is). shared_early: at
+// one token with a shared gate (the shared expert folded in as the set's last), the gate/up
+// slice of the shared expert runs before the routing is known (mm::Params::slice_known).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, split_norm, x_early, slice_mats, shared_early;
+  bool route, swiglu, prefetch_down, split_norm, x_early, shared_early;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

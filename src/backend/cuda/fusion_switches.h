@@ -26,7 +26,8 @@ inline bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true);
 // decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off:
 // 0.991 and 0.977 on the 80B's decode at batch 1 (sixteenth and twentieth slices). (The norm
 // inside the recurrence instead, a CTA per value head where 128 CTAs held the state, was 2.1%
-// slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth slice; it is gone.)
+// slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth slice; it is gone. With
+// the 128 CTAs kept and each head's last CTA normalising, 0.986: twenty-first slice, gone too.)
 inline bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
 // HIBANA_CUDA_FUSED_MATMUL_CONV: a DeltaNet layer's input projection applies the conv as its
 // decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). On by

@@ -17,8 +17,8 @@
 # KNOB, VALUES, CONFIGS, ROUNDS — e.g. KNOB=HIBANA_CUDA_SPLIT_TILES VALUES="264 132 528", or
 # HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with CONFIGS=qwen3-next-80b-a3b:fp8), ab (this tree
 # against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in one session, with
-# ratios; `ab` builds both trees at once, so run it before `tests`), serve-decode (decode through
-# the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab (after ab: both trees' per-kernel
+# ratios, and AB_MORE's trees between; `ab` builds the trees at once, so run it before `tests`),
+# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab (after ab: both trees' per-kernel
 # step profiles side by side).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
@@ -378,25 +378,41 @@ stage_ring_sweep() {
 # (a figure from another session, or another machine, is no baseline: the H200's speed moves a
 # few percent between loans). The reference is the tree tools/gpu/ab_ref.sh REF put in .abref
 # (carry it): built there while this tree builds. Without .abref, the reference is this build
-# without AB_ENV. AB_ENV="NAME=VALUE ..." applies to this tree's runs only (a knob's A/B).
+# without AB_ENV. AB_ENV="NAME=VALUE ..." applies to this tree's runs only (a knob's A/B), and
+# to AB_MORE's: more trees (`tools/gpu/ab_ref.sh REV .abref-NAME`: carry .abref-NAME.tar.gz),
+# each built and run in every round after the reference (a bisection in one call).
+ab_build_tree() {  # DIR: its hibana, logs ab_configure_DIR.log and ab_build_DIR.log
+  local d=$1 n=${1#.}
+  if [ ! -d $d ] && [ -f $d.tar.gz ]; then mkdir $d && tar -xzf $d.tar.gz -C $d; fi
+  cmake -S $d -B $d/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DHIBANA_BENCH=OFF \
+    -DHIBANA_TESTS=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/ab_configure_$n.log" 2>&1 &&
+    cmake --build $d/b -j8 --target hibana >"$OUT/ab_build_$n.log" 2>&1
+}
 stage_ab() {
-  local ref=$B/hibana ref_label="without:${AB_ENV:-}"
+  local ref=$B/hibana ref_label="without:${AB_ENV:-}" d
   if [ -d .abref ]; then
     ref=.abref/b/hibana
     ref_label="ref:$(cat .abref/REF 2>/dev/null | cut -c1-10)"
-    (cmake -S .abref -B .abref/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DHIBANA_BENCH=OFF \
-      -DHIBANA_TESTS=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/ab_configure.log" 2>&1 &&
-      cmake --build .abref/b -j8 --target hibana >"$OUT/ab_build.log" 2>&1) &
+    ab_build_tree .abref &
   else
     : "${AB_ENV:?without .abref, AB_ENV says what to compare}"
   fi
+  for d in ${AB_MORE:-}; do ab_build_tree $d & done
   stage_build || return 1  # (incremental: this tree as it is now)
   wait
-  [ -x "$ref" ] || { echo "reference build failed"; tail -20 "$OUT/ab_build.log"; return 1; }
+  [ -x "$ref" ] || { echo "reference build failed"; tail -20 "$OUT/ab_build_abref.log"; return 1; }
+  for d in ${AB_MORE:-}; do
+    [ -x "$d/b/hibana" ] || { echo "build of $d failed"; tail -20 "$OUT/ab_build_${d#.}.log"; return 1; }
+  done
   rm -f "$OUT/ab.txt"
   configs | while read -r cfg dt; do
     for _ in $(seq 1 ${ROUNDS:-2}); do
       bench_tagged "$ref_label" "$ref" "$cfg" "$dt" >/dev/null
+      for d in ${AB_MORE:-}; do  # (stage ab unpacked and built each)
+        # shellcheck disable=SC2086  # (one NAME=VALUE word per variable)
+        bench_tagged "$(cut -c1-10 $d/REF)${AB_ENV:+:$AB_ENV}" $d/b/hibana "$cfg" "$dt" \
+          ${AB_ENV:-} >/dev/null
+      done
       bench_tagged "this${AB_ENV:+:$AB_ENV}" $B/hibana "$cfg" "$dt" ${AB_ENV:-} >/dev/null
     done
   done

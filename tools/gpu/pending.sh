@@ -248,21 +248,25 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
 }
 
 # The regression of the twenty-first slice: main ran the 80B at 0.953-0.972 of fc9ae65's speed
-# at batch 1 (0.965-0.972 at 8) though every switch turned on since measured a gain, and with
-# the three of 2db7300 off main ran 0.960 of itself (so its code with fc9ae65's defaults costs
-# ~8%). In PTX, 2db7300 changed the plain decode kernels only by reading the activations from
-# L2 (__ldcg) instead of through L1 (__ldg); the branch ldg-probe is main with __ldg again after
-# the wait. Here first: tools/gpu/ab_ref.sh fc9ae65; tools/gpu/ab_ref.sh 2db7300 .abref-2db7300;
-# tools/gpu/ab_ref.sh ldg-probe .abref-ldg (carry .devdeps, .abref and the two .tar.gz; move
-# .devdeps/bin out if the tree is too large). Every tree at its defaults, then every tree but
-# fc9ae65 with the switches since fc9ae65 off: the code's cost alone.
+# at batch 1 (0.965-0.972 at 8) though every switch turned on since measured a gain against
+# itself off; with the three of 2db7300 off it ran 0.960 of itself, so with fc9ae65's defaults
+# the code costs ~8% against fc9ae65's. In PTX, 2db7300 changed the plain decode kernels only
+# by reading the activations from L2 (__ldcg) instead of through L1 (__ldg); the branch
+# ldg-probe is main with __ldg again after the wait. Here first: tools/gpu/ab_ref.sh fc9ae65;
+# tools/gpu/ab_ref.sh fc9ae65 .abref-fc9ae65 (the same tree again, run second in each round:
+# what the order alone does); tools/gpu/ab_ref.sh 2db7300 .abref-2db7300; tools/gpu/ab_ref.sh
+# ldg-probe .abref-ldg. Carry .devdeps, .abref and the three .tar.gz (move .devdeps/bin out if
+# the tree is too large). 14: every tree at its defaults; 15, right after on the warm machine
+# (the builds are there): every tree but the reference with the switches since fc9ae65 off.
+more14=".abref-fc9ae65 .abref-2db7300 .abref-ldg"
 call14() {
-  local more=".abref-2db7300 .abref-ldg"
-  AB_MORE=$more CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 330 \
-    tools/gpu/check.sh ab 2>&1 | tail -10
-  AB_MORE=$more AB_ENV="HIBANA_CUDA_COMBINE_NORM_SPLIT=0 HIBANA_CUDA_FUSED_MATMUL_CONV=0 \
+  AB_MORE=$more14 CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 540 \
+    tools/gpu/check.sh ab 2>&1 | tail -12
+}
+call15() {
+  AB_MORE=$more14 AB_ENV="HIBANA_CUDA_COMBINE_NORM_SPLIT=0 HIBANA_CUDA_FUSED_MATMUL_CONV=0 \
 HIBANA_CUDA_EXPERTS_X_EARLY=0 HIBANA_CUDA_SHARED_EXPERT_EARLY=0" CONFIGS=qwen3-next-80b-a3b:fp8 \
-    ROUNDS=2 BATCHES=1 timeout 200 tools/gpu/check.sh ab 2>&1 | tail -7
+    ROUNDS=2 BATCHES=1 timeout 300 tools/gpu/check.sh ab 2>&1 | tail -8
 }
 
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
@@ -285,6 +289,7 @@ case "${1:-}" in
   12) call12 ;;
   13) call13 ;;
   14) call14 ;;
+  15) call15 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|ring" >&2; exit 2 ;;
 esac

@@ -269,6 +269,16 @@ HIBANA_CUDA_EXPERTS_X_EARLY=0 HIBANA_CUDA_SHARED_EXPERT_EARLY=0" CONFIGS=qwen3-n
     ROUNDS=2 BATCHES=1 timeout 300 tools/gpu/check.sh ab 2>&1 | tail -8
 }
 
+# The splits' sums through distributed shared memory (HIBANA_CUDA_CLUSTER_SPLITS=1, off,
+# compiled only in the twenty-first slice): every CUDA test (three run it with the switch on),
+# the model and engine tests with it on, then the switch on both decode shapes at batch 1 and 8.
+call16() {
+  timeout 170 tools/gpu/check.sh build tests 2>&1 | tail -5
+  KNOBS="HIBANA_CUDA_CLUSTER_SPLITS=1" timeout 100 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  ROUNDS=2 BATCHES=1,8 VARIANTS="base;HIBANA_CUDA_CLUSTER_SPLITS=1" timeout 250 \
+    tools/gpu/check.sh sweep 2>&1 | tail -10
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -290,6 +300,7 @@ case "${1:-}" in
   13) call13 ;;
   14) call14 ;;
   15) call15 ;;
+  16) call16 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|16|ring" >&2; exit 2 ;;
 esac

@@ -78,6 +78,26 @@ void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&...
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
+// launch_pdl with the grid in thread block clusters of `cluster` CTAs (sm_90+).
+template <typename... P, typename... A>
+void launch_pdl_clusters(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, dim3 cluster,
+                         A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster.x;
+  attr[0].val.clusterDim.y = cluster.y;
+  attr[0].val.clusterDim.z = cluster.z;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
 
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is
 // reused only by work queued after it; while a graph is recorded it comes from the recording

@@ -13,6 +13,14 @@
 //   graph-after-wait  the same, each CTA releasing the next kernel right after its wait (the
 //               engine's kernels' way: pdl_start, and the decode matmul's release_early);
 //               (so the next op's CTAs can start their loads while this op computes);
+//   graph-ctr   one kernel per op as the graph way, ordered by completion counters instead of
+//               griddepcontrol.wait: each CTA releases the next kernel at its start, loads its
+//               weights, polls op i - 1's counter (acquire) until every tile of it is counted,
+//               and counts its own tile (release) at its end. A CTA then waits for the tiles
+//               it reads, not for the whole previous grid to end and flush. (No deadlock: the
+//               next kernel launches only once every CTA of this one has started, so the CTAs a
+//               poller waits for are resident.) The counters are zeroed at the head of each
+//               replay (a memset node);
 //   persistent  one cooperative kernel whose CTAs walk the ops in order: a CTA loads its tile of
 //               op i's weights, then waits on op i-1's completion counter (acquire), reads its
 //               input vector, computes, stores, and counts its tile (release). A CTA with no
@@ -204,6 +212,36 @@ __global__ void __launch_bounds__(kThreads)
   pdl_trigger();
 }
 
+// graph-ctr: op i of a chain (want: op i - 1's tiles), ordered by the counters done[].
+__global__ void __launch_bounds__(kThreads)
+    op_kernel_ctr(Op op, unsigned* done, int i, unsigned want) {
+  __shared__ __align__(16) float xs[kMaxK];
+  uint4 w[kLaneChunks];
+  pdl_trigger();
+  if (!op.norm) load_tile(op, blockIdx.x, w);
+  if (i > 0 && threadIdx.x == 0) {
+    unsigned got;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                   : "=r"(got)
+                   : "l"(done + (i - 1) * kCounterStride)
+                   : "memory");
+    } while (got < want);
+  }
+  __syncthreads();
+  load_x(op, xs);
+  if (op.norm) {
+    norm_op(op, xs);
+  } else {
+    compute_tile(op, blockIdx.x, w, xs);
+  }
+  __syncthreads();  // every store of the tile before the count
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + i * kCounterStride)
+                 : "memory");
+  }
+}
+
 // All ops in one cooperative launch. done[i] counts op i's finished tiles, cumulatively over
 // runs: run `epoch` (1, 2, ...) waits for done[i - 1] >= epoch * tiles(i - 1).
 __global__ void __launch_bounds__(kThreads)
@@ -336,6 +374,21 @@ void launch_op(const Op& op, int release, cudaStream_t s, unsigned* progress = n
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, release, progress, index));
+}
+
+// Op i of the graph-ctr way.
+void launch_op_ctr(const Op& op, cudaStream_t s, unsigned* done, int i, unsigned want) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(op.tiles);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = g_cap_smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, op_kernel_ctr, op, done, i, want));
 }
 
 }  // namespace
@@ -475,6 +528,8 @@ int main() {
                                static_cast<int>(g_cap_smem)));
     CHECK(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(g_cap_smem)));
+    CHECK(cudaFuncSetAttribute(op_kernel_ctr, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(g_cap_smem)));
   }
   const float bare = graph_us(s, 1, [&] {
     read_all<<<prop.multiProcessorCount * 4, 512, 0, s>>>(reinterpret_cast<const uint4*>(wbuf),
@@ -522,6 +577,22 @@ int main() {
     } else {
       compare(what);
     }
+  }
+
+  {  // graph-ctr (the counters zeroed again after: the persistent ways count from 0)
+    poison();
+    const size_t counter_bytes = ops.size() * kCounterStride * 4;
+    const float ctr = graph_us(s, 1, [&] {
+      CHECK(cudaMemsetAsync(done, 0, counter_bytes, s));
+      for (size_t i = 0; i < ops.size(); ++i) {
+        launch_op_ctr(ops[i], s, done, static_cast<int>(i),
+                      i > 0 ? static_cast<unsigned>(ops[i - 1].tiles) : 0u);
+      }
+    });
+    report("graph-ctr", ctr);
+    compare("graph-ctr");
+    CHECK(cudaMemsetAsync(done, 0, counter_bytes, s));
+    CHECK(cudaStreamSynchronize(s));
   }
 
   // graph-early beside the L2 prefetcher, for each budget of PREFETCH_MB (MB, default "0 8 16

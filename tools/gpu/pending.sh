@@ -279,6 +279,14 @@ call16() {
     tools/gpu/check.sh sweep 2>&1 | tail -10
 }
 
+# op_chain's graph-ctr way (twenty-first slice, compiled only): the chain's kernels ordered by
+# completion counters instead of griddepcontrol.wait, beside graph-early and the persistent
+# ways, products only and with one-CTA ops. If it beats graph-after-wait (the engine's way) by
+# more than noise, the engine's decode kernels could wait the same way.
+call17() {
+  timeout 260 tools/gpu/check.sh chain 2>&1 | grep -E '^(bare|graph|persistent|ring)|DIFFER|NaN|layers'
+}
+
 # op_chain's ring kernel under Nsight Compute (no engine build needed).
 ring_profile() {
   mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o $B/op_chain tools/gpu/op_chain.cu &&
@@ -301,6 +309,7 @@ case "${1:-}" in
   14) call14 ;;
   15) call15 ;;
   16) call16 ;;
+  17) call17 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|16|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|16|17|ring" >&2; exit 2 ;;
 esac

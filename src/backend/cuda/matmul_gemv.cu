@@ -447,7 +447,7 @@ void launch(const Params& p, int groups, int x_rows) {
   check(x_fits || p.norm_w == nullptr, ErrorKind::internal, "gated norm: activations too wide");
   // Where bf16's 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
-  // other value, never).
+  // other positive value, never; 0 reads as unset, as for every numeric knob).
   using Small = Gemv<E, kSmall, kWideStages<E, kSmall, true>>;
   static const int64_t small_mode = knob("HIBANA_CUDA_GEMV_SMALL_RING", 1);
   bool small = false;

@@ -279,6 +279,16 @@ call16() {
     tools/gpu/check.sh sweep 2>&1 | tail -10
 }
 
+# The code-size suspect of the regression (docs/benchmarks.md, Not measured yet): the grouped
+# kernels' activations' split out of line (__noinline__: one copy instead of two inlined ones).
+call18() {
+  [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 FILE=src/backend/cuda/gemv_prologue.cuh \
+    EDITS="orig
+noinline s/^__device__ __forceinline__ void share_activations/__device__ __noinline__ void share_activations/" \
+    timeout 300 tools/gpu/check.sh edit-sweep 2>&1 | tail -6
+}
+
 # op_chain's graph-ctr way (twenty-first slice, compiled only): the chain's kernels ordered by
 # completion counters instead of griddepcontrol.wait, beside graph-early and the persistent
 # ways, products only and with one-CTA ops. If it beats graph-after-wait (the engine's way) by
@@ -310,6 +320,7 @@ case "${1:-}" in
   15) call15 ;;
   16) call16 ;;
   17) call17 ;;
+  18) call18 ;;
   ring) ring_profile ;;
-  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|16|17|ring" >&2; exit 2 ;;
+  *) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|12|13|14|15|16|17|18|ring" >&2; exit 2 ;;
 esac

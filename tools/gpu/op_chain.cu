@@ -212,6 +212,24 @@ __global__ void __launch_bounds__(kThreads)
   pdl_trigger();
 }
 
+// Thread 0 polls *counter (acquire) until it reaches want; then the whole CTA goes on.
+__device__ __forceinline__ void wait_count(const unsigned* counter, unsigned want) {
+  if (threadIdx.x == 0) {
+    unsigned got;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(counter) : "memory");
+    } while (got < want);
+  }
+  __syncthreads();
+}
+// The CTA's tile counted in *counter (release), after every store of it.
+__device__ __forceinline__ void count_tile(unsigned* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+  }
+}
+
 // graph-ctr: op i of a chain (want: op i - 1's tiles), ordered by the counters done[].
 __global__ void __launch_bounds__(kThreads)
     op_kernel_ctr(Op op, unsigned* done, int i, unsigned want) {
@@ -219,27 +237,14 @@ __global__ void __launch_bounds__(kThreads)
   uint4 w[kLaneChunks];
   pdl_trigger();
   if (!op.norm) load_tile(op, blockIdx.x, w);
-  if (i > 0 && threadIdx.x == 0) {
-    unsigned got;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                   : "=r"(got)
-                   : "l"(done + (i - 1) * kCounterStride)
-                   : "memory");
-    } while (got < want);
-  }
-  __syncthreads();
+  wait_count(done + (i > 0 ? i - 1 : 0) * kCounterStride, i > 0 ? want : 0u);
   load_x(op, xs);
   if (op.norm) {
     norm_op(op, xs);
   } else {
     compute_tile(op, blockIdx.x, w, xs);
   }
-  __syncthreads();  // every store of the tile before the count
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + i * kCounterStride)
-                 : "memory");
-  }
+  count_tile(done + i * kCounterStride);
 }
 
 // All ops in one cooperative launch. done[i] counts op i's finished tiles, cumulatively over
@@ -252,17 +257,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int tile = blockIdx.x; tile < op.tiles; tile += gridDim.x) {
       uint4 w[kLaneChunks];
       if (!op.norm && !late) load_tile(op, tile, w);
-      if (i > 0 && threadIdx.x == 0) {
-        const unsigned want = epoch * static_cast<unsigned>(ops[i - 1].tiles);
-        unsigned got;
-        do {
-          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                       : "=r"(got)
-                       : "l"(done + (i - 1) * kCounterStride)
-                       : "memory");
-        } while (got < want);
-      }
-      __syncthreads();
+      const unsigned want = i > 0 ? epoch * static_cast<unsigned>(ops[i - 1].tiles) : 0u;
+      wait_count(done + (i > 0 ? i - 1 : 0) * kCounterStride, want);
       if (!op.norm && late) load_tile(op, tile, w);
       load_x(op, xs);
       if (op.norm) {
@@ -270,11 +266,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         compute_tile(op, tile, w, xs);
       }
-      __syncthreads();  // every store of the tile before the count
-      if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + i * kCounterStride)
-                     : "memory");
-      }
+      count_tile(done + i * kCounterStride);
     }
   }
 }
@@ -361,34 +353,28 @@ __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
 // many of their CTAs share an SM, and so the weight bytes in flight per SM (32 KiB a CTA).
 size_t g_cap_smem = 0;
 
+// One op's kernel (a CTA per tile), a programmatic dependent launch on s.
+template <typename... P, typename... A>
+void launch_tiles(void (*kernel)(Op, P...), const Op& op, cudaStream_t s, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(op.tiles);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = g_cap_smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, kernel, op, args...));
+}
 void launch_op(const Op& op, int release, cudaStream_t s, unsigned* progress = nullptr,
                unsigned index = 0) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(op.tiles);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = g_cap_smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, op_kernel, op, release, progress, index));
+  launch_tiles(op_kernel, op, s, release, progress, index);
 }
-
 // Op i of the graph-ctr way.
 void launch_op_ctr(const Op& op, cudaStream_t s, unsigned* done, int i, unsigned want) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(op.tiles);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = g_cap_smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, op_kernel_ctr, op, done, i, want));
+  launch_tiles(op_kernel_ctr, op, s, done, i, want);
 }
 
 }  // namespace

@@ -376,20 +376,30 @@ stage_ring_sweep() {
 
 # This tree against a reference, both built here, benchmarked alternately in the same session
 # (a figure from another session, or another machine, is no baseline: the H200's speed moves a
-# few percent between loans). The reference is the tree tools/gpu/ab_ref.sh REF put in .abref
-# (carry it): built there while this tree builds. Without .abref, the reference is this build
+# few percent between loans). The reference is the tree tools/gpu/ab_ref.sh REF put in
+# .abref.tar.gz (carry it; an .abref directory is taken as it is): built there while this tree
+# builds. Without .abref, the reference is this build
 # without AB_ENV. AB_ENV="NAME=VALUE ..." applies to this tree's runs only (a knob's A/B), and
 # to AB_MORE's: more trees (`tools/gpu/ab_ref.sh REV .abref-NAME`: carry .abref-NAME.tar.gz),
 # each built and run in every round after the reference (a bisection in one call).
+# DIR from DIR.tar.gz (tools/gpu/ab_ref.sh) where there is one, unless DIR already holds that
+# revision (a warm machine keeps an unpacked tree and its build between calls; another
+# revision's is replaced, build and all).
+ab_unpack() {
+  [ -f $1.tar.gz ] || return 0
+  [ "$(tar -xzOf $1.tar.gz ./REF)" = "$(cat $1/REF 2>/dev/null)" ] && return 0
+  rm -rf $1 && mkdir $1 && tar -xzf $1.tar.gz -C $1
+}
 ab_build_tree() {  # DIR: its hibana, logs ab_configure_DIR.log and ab_build_DIR.log
   local d=$1 n=${1#.}
-  if [ ! -d $d ] && [ -f $d.tar.gz ]; then mkdir $d && tar -xzf $d.tar.gz -C $d; fi
+  ab_unpack $d
   cmake -S $d -B $d/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DHIBANA_BENCH=OFF \
     -DHIBANA_TESTS=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/ab_configure_$n.log" 2>&1 &&
     cmake --build $d/b -j8 --target hibana >"$OUT/ab_build_$n.log" 2>&1
 }
 stage_ab() {
   local ref=$B/hibana ref_label="without:${AB_ENV:-}" d
+  ab_unpack .abref
   if [ -d .abref ]; then
     ref=.abref/b/hibana
     ref_label="ref:$(cat .abref/REF 2>/dev/null | cut -c1-10)"

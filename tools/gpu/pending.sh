@@ -92,7 +92,7 @@ call5() {
 
 # The eighteenth and nineteenth slices (the 6 KiB fp8 ring, routing at batch 1 by one warp) on
 # the H200 against the tree before both (here, first: tools/gpu/ab_ref.sh a3628f5, then carry
-# .abref), every CUDA test; then (7) the smaller fp8 rings (4 and 5 KiB, 1 KiB stages).
+# .abref.tar.gz), every CUDA test; then (7) the smaller fp8 rings (4 and 5 KiB, 1 KiB stages).
 call6() {
   ROUNDS=1 BATCHES=1,8,32,64 timeout 420 tools/gpu/check.sh ab 2>&1 | tail -18
   timeout 150 tools/gpu/check.sh tests 2>&1 | tail -4
@@ -255,8 +255,8 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
 # ldg-probe is main with __ldg again after the wait. Here first: tools/gpu/ab_ref.sh fc9ae65;
 # tools/gpu/ab_ref.sh fc9ae65 .abref-fc9ae65 (the same tree again, run second in each round:
 # what the order alone does); tools/gpu/ab_ref.sh 2db7300 .abref-2db7300; tools/gpu/ab_ref.sh
-# ldg-probe .abref-ldg. Carry .devdeps, .abref and the three .tar.gz (move .devdeps/bin out if
-# the tree is too large). 14: every tree at its defaults; 15, right after on the warm machine
+# ldg-probe .abref-ldg. Carry .devdeps and the four .tar.gz (move .devdeps/bin out, and the
+# nsys debs libdw1 and libelf1, if the tree is refused as too large). 14: every tree at its defaults; 15, right after on the warm machine
 # (the builds are there): every tree but the reference with the switches since fc9ae65 off.
 more14=".abref-fc9ae65 .abref-2db7300 .abref-ldg"
 call14() {

@@ -372,9 +372,15 @@ void launch_op(const Op& op, int release, cudaStream_t s, unsigned* progress = n
                unsigned index = 0) {
   launch_tiles(op_kernel, op, s, release, progress, index);
 }
-// Op i of the graph-ctr way.
+// Op i of the graph-ctr way. The first op follows the counters' memset with an ordinary launch:
+// it must not count before they are zeroed.
 void launch_op_ctr(const Op& op, cudaStream_t s, unsigned* done, int i, unsigned want) {
-  launch_tiles(op_kernel_ctr, op, s, done, i, want);
+  if (i == 0) {
+    op_kernel_ctr<<<op.tiles, kThreads, g_cap_smem, s>>>(op, done, i, want);
+    CHECK(cudaGetLastError());
+  } else {
+    launch_tiles(op_kernel_ctr, op, s, done, i, want);
+  }
 }
 
 }  // namespace

@@ -415,15 +415,22 @@ stage_ab() {
     [ -x "$d/b/hibana" ] || { echo "build of $d failed"; tail -20 "$OUT/ab_build_${d#.}.log"; return 1; }
   done
   rm -f "$OUT/ab.txt"
+  # Each round runs the trees in turn, the even rounds in reverse order (a machine that runs
+  # its second run of a pair faster or slower biases no tree).
   configs | while read -r cfg dt; do
-    for _ in $(seq 1 ${ROUNDS:-2}); do
-      bench_tagged "$ref_label" "$ref" "$cfg" "$dt" >/dev/null
-      for d in ${AB_MORE:-}; do  # (stage ab unpacked and built each)
+    for r in $(seq 1 ${ROUNDS:-2}); do
+      local order="ref ${AB_MORE:-} this"
+      [ $((r % 2)) -eq 0 ] && order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
+      for v in $order; do
         # shellcheck disable=SC2086  # (one NAME=VALUE word per variable)
-        bench_tagged "$(cut -c1-10 $d/REF)${AB_ENV:+:$AB_ENV}" $d/b/hibana "$cfg" "$dt" \
-          ${AB_ENV:-} >/dev/null
+        case $v in
+          ref) bench_tagged "$ref_label" "$ref" "$cfg" "$dt" >/dev/null ;;
+          this) bench_tagged "this${AB_ENV:+:$AB_ENV}" $B/hibana "$cfg" "$dt" \
+                  ${AB_ENV:-} >/dev/null ;;
+          *) bench_tagged "$(cut -c1-10 $v/REF)${AB_ENV:+:$AB_ENV}" $v/b/hibana "$cfg" "$dt" \
+               ${AB_ENV:-} >/dev/null ;;  # (an AB_MORE tree, unpacked and built above)
+        esac
       done
-      bench_tagged "this${AB_ENV:+:$AB_ENV}" $B/hibana "$cfg" "$dt" ${AB_ENV:-} >/dev/null
     done
   done
   python3 tools/gpu/ab_table.py "$OUT/ab.txt"

@@ -253,8 +253,7 @@ HIBANA_CUDA_FUSED_MATMUL_NORM=1;HIBANA_CUDA_FUSED_MATMUL_CONV=1" \
 # the code costs ~8% against fc9ae65's. In PTX, 2db7300 changed the plain decode kernels only
 # by reading the activations from L2 (__ldcg) instead of through L1 (__ldg); the branch
 # ldg-probe is main with __ldg again after the wait. Here first: tools/gpu/ab_ref.sh fc9ae65;
-# tools/gpu/ab_ref.sh fc9ae65 .abref-fc9ae65 (the same tree again, run second in each round:
-# what the order alone does); tools/gpu/ab_ref.sh 2db7300 .abref-2db7300; tools/gpu/ab_ref.sh
+# tools/gpu/ab_ref.sh fc9ae65 .abref-fc9ae65 (the same tree again: the noise floor); tools/gpu/ab_ref.sh 2db7300 .abref-2db7300; tools/gpu/ab_ref.sh
 # ldg-probe .abref-ldg. Carry .devdeps and the four .tar.gz (move .devdeps/bin out, and the
 # nsys debs libdw1 and libelf1, if the tree is refused as too large). 14: every tree at its defaults; 15, right after on the warm machine
 # (the builds are there): every tree but the reference with the switches since fc9ae65 off.

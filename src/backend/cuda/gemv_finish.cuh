@@ -61,7 +61,7 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 template <bool kGrouped, bool kPacked>
 __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here, bool okA,
                                          bool okB, int t, int32_t (&orow)[4],
-                                         int known_row = -1) {
+                                         int known_row) {
   // Sums i and i + 2 are of the same token (rows rA and rB): its row is read once. Packed, sum
   // i of token t / 2 in the even lanes (i even); unpacked, of token 2t + (i & 1).
   int32_t row[2];

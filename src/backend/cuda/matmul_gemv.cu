@@ -465,12 +465,9 @@ void launch(const Params& p, int groups, int x_rows) {
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
-  if (p.cluster_sums) {
-    launch_pdl_clusters(kernel, grid, dim3(kWarps * 32), smem,
-                        dim3(1, static_cast<unsigned>(p.splits), 1), p, x_rows);
-  } else {
-    launch_pdl(kernel, grid, dim3(kWarps * 32), smem, p, x_rows);
-  }
+  // (Params::cluster_sums: a tile's splits are one cluster)
+  const dim3 cluster(1, p.cluster_sums ? static_cast<unsigned>(p.splits) : 1u, 1);
+  launch_pdl_clusters(kernel, grid, dim3(kWarps * 32), smem, cluster, p, x_rows);
   launched("gemv_kernel");
 }
 

@@ -73,9 +73,10 @@ struct Pairs {
 // row for every pair, used or not, so the loads are in bounds. (16 pairs a round trip where a
 // thread takes one column, the 80B's 11 in one, measured the same: 1.004 and 0.999 at batch 1
 // and 8, twenty-first slice.)
-template <int kGroup, int kBatch = 8>
+template <int kGroup>
 __device__ __forceinline__ void combine_columns(const Pairs& p, int64_t t, int64_t c0,
                                                 int64_t stride, float (&acc)[kGroup]) {
+  constexpr int kBatch = 8;
   const int k = p.k;
 #pragma unroll
   for (int e = 0; e < kGroup; ++e) acc[e] = 0.0f;

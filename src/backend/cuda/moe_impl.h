@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/matmul_impl.h"
 
 namespace hibana::cuda {
 
@@ -34,12 +33,6 @@ void group_by_expert(const int32_t* ids, const Grouping& g);
 
 // Most tokens route_and_group takes (one warp each, in one CTA).
 constexpr int64_t kRouteGroupTokens = 32;
-
-// Whether route_and_group routes and groups in one warp (route_one_kernel): one token whose
-// pairs (k, with a shared expert k + 1) fit a warp.
-inline bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
-  return tokens == 1 && pairs_per_token <= 32;
-}
 
 // moe_route (ops.h) and group_by_expert of its ids in one launch, for at most
 // kRouteGroupTokens tokens: the routing's bits, the grouping's result.

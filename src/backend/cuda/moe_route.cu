@@ -329,6 +329,12 @@ __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g)
   }
 }
 
+// Whether route_and_group routes and groups in one warp (route_one_kernel): one token whose
+// pairs (k, with a shared expert k + 1) fit a warp.
+bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
+  return tokens == 1 && pairs_per_token <= 32;
+}
+
 RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                      Tensor ids, Tensor weights) {
   const int64_t E = logits.shape[1];

@@ -113,7 +113,7 @@ class Backend {
 
   // A hint that ops queued after this call read these weights soon (null ones are skipped): a
   // backend may start moving them nearer its compute (CUDA: into L2, while a decode step is
-  // recorded, with HIBANA_CUDA_L2_PREFETCH=1, off until measured). Results never depend on
+  // recorded, with HIBANA_CUDA_L2_PREFETCH=1, off: measured slower). Results never depend on
   // it. The default does nothing.
   virtual void prefetch(std::initializer_list<const Weight*> weights) { (void)weights; }
 

@@ -366,68 +366,14 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
   }
 }
 
-// The DeltaNet's output gate and projection from one decode-kernel launch
-// (HIBANA_CUDA_FUSED_MATMUL_NORM=1) have the bits of gated_rmsnorm then the matmul,
-// and the CPU's to rounding: 1 and 2 rows (the packed kernel), 3 and 8; bf16 and fp8; the 80B's
-// [2048, 4096] (8 splits of 512: four heads of 128 each) and heads of 64 over [384, 1024] (2
-// splits); z a column range of a wider buffer (as in the layer). A backend with its op timer on
-// shows gated_rmsnorm gone; 9 rows take the two ops (and the report names no fused op).
-TEST_F(CudaFusedOps, GatedNormInTheMatmulHasTheBitsOfTheNormThenTheMatmul) {
-  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
-  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  for (auto [N, K, G] : {std::tuple<int64_t, int64_t, int64_t>{2048, 4096, 128}, {384, 1024, 64}}) {
-    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-      SCOPED_TRACE(testing::Message()
-                   << dtype_name(dtype) << " " << N << " x " << K << ", heads of " << G);
-      const test::TestWeight w = test::make_weight(*this, dtype, N, K, 41);
-      const int64_t zw = K + 24;  // z's row pitch
-      const std::vector<float> x = randn(9 * K, 42), z = randn(9 * zw, 43),
-                               norm = randn(G, 44, 0.5f);
-      const Tensor zall = upload(z.data(), DType::f32, {9, zw}),
-                   nd = upload(norm.data(), DType::f32, {G});
-      for (int64_t m : {1, 2, 3, 8, 9}) {
-        SCOPED_TRACE(testing::Message() << m << " rows");
-        const Tensor zd = first_columns(zall, K).slice_rows(0, m);
-        // Each way gets its own copy of x (the unfused way normalises it in place).
-        Tensor x1 = upload(x.data(), DType::f32, {m, K}), x2 = upload(x.data(), DType::f32, {m, K});
-        Tensor apart = device_f32(m, N), fused = device_f32(m, N);
-        timed->timing_report();  // (forgets the ops before)
-        {
-          ScopedEnv off("HIBANA_CUDA_FUSED_MATMUL_NORM", "0");
-          timed->matmul_gated_norm(x1, zd, nd, 1e-6f, w.dev, apart);
-          EXPECT_NE(timed->timing_report().find("gated_rmsnorm"), std::string::npos);
-        }
-        {
-          ScopedEnv on("HIBANA_CUDA_FUSED_MATMUL_NORM", "1");
-          timed->matmul_gated_norm(x2, zd, nd, 1e-6f, w.dev, fused);
-        }
-        const std::string ops = timed->timing_report();
-        EXPECT_EQ(ops.find("gated_rmsnorm") == std::string::npos, m <= 8) << ops;
-        EXPECT_EQ(ops.find("matmul_gated_norm") != std::string::npos, m <= 8) << ops;
-        const std::vector<float> a = download(apart), f = download(fused);
-        EXPECT_EQ(std::memcmp(a.data(), f.data(), a.size() * sizeof(float)), 0);
-        std::vector<float> xc(x.begin(), x.begin() + m * K), zc(m * K), ref(m * N);
-        for (int64_t r = 0; r < m; ++r) std::copy_n(z.begin() + r * zw, K, zc.begin() + r * K);
-        std::vector<float> nc = norm;
-        cpu->matmul_gated_norm(Tensor(xc.data(), DType::f32, {m, K}),
-                               Tensor(zc.data(), DType::f32, {m, K}),
-                               Tensor(nc.data(), DType::f32, {G}), 1e-6f, w.host,
-                               Tensor(ref.data(), DType::f32, {m, N}));
-        EXPECT_LT(max_abs_diff(f, ref), 1e-4f);
-      }
-    }
-  }
-}
-
 // The MoE combine with the residual add and the next layer's input norm in one kernel
-// (HIBANA_CUDA_FUSED_COMBINE_NORM=1, with and without the fused routing): the FFN output, the
-// residual stream and its norm with the bits of moe_route, moe_experts and add_rmsnorm, and the
-// CPU's. As in the layers, the norm overwrites the experts' input, and every token has 10
-// routed experts of 16 and the shared one (expert 16): two batches of the combine's loads.
-// Rows of 2048 (the 80B's) and 7000 (past the values a thread keeps in registers) take the one
-// kernel (no add_rmsnorm op of its own), 512 (add_rmsnorm's two kernels) does not; 1, 5 and
-// 40 tokens, plain and zero-centred norms. Both forms of the kernel: one CTA per token, and the
-// combine's CTAs with the norm by each token's last (HIBANA_CUDA_COMBINE_NORM_SPLIT=1).
+// (HIBANA_CUDA_COMBINE_NORM_SPLIT, on by default; with and without the fused routing): the FFN
+// output, the residual stream and its norm with the bits of moe_route, moe_experts and
+// add_rmsnorm, and the CPU's. As in the layers, the norm overwrites the experts' input, and
+// every token has 10 routed experts of 16 and the shared one (expert 16): two batches of the
+// combine's loads. Rows of 2048 (the 80B's) and 7000 (past the values a thread keeps in
+// registers) take the one kernel (no add_rmsnorm op of its own), 512 (add_rmsnorm's two
+// kernels) does not; 1, 5 and 40 tokens, plain and zero-centred norms.
 TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -435,8 +381,8 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
   for (const int64_t H : {int64_t{2048}, int64_t{7000}, int64_t{512}}) {
     const PooledExperts pooled(*this, E + 1, H, I);
     for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{40}}) {
-      // zero-centred, fused routing, the split form
-      for (const char* knobs : {"0 0 0", "0 1 0", "1 1 0", "0 0 1", "1 1 1"}) {
+      // zero-centred, fused routing
+      for (const char* knobs : {"0 0", "0 1", "1 1"}) {
         SCOPED_TRACE(testing::Message() << H << " wide, " << T << " tokens, " << knobs);
         const bool zc = knobs[0] == '1';
         std::vector<float> logits = randn(T * E, 51), gate = randn(T, 55), xn = randn(T * H, 52),
@@ -454,9 +400,8 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
           const Backend::ResidualNorm then{o.x, wd, 1e-6f, zc, o.xn};
           timed->timing_report();  // (forgets the ops before)
           if (fused) {
-            ScopedEnv norm("HIBANA_CUDA_FUSED_COMBINE_NORM", "1");
+            ScopedEnv norm("HIBANA_CUDA_COMBINE_NORM_SPLIT", "1");
             ScopedEnv route("HIBANA_CUDA_FUSED_ROUTING", knobs[2] == '1' ? "1" : "0");
-            ScopedEnv split("HIBANA_CUDA_COMBINE_NORM_SPLIT", knobs[4] == '1' ? "1" : "0");
             timed->moe_route_experts(o.xn, lg, k, true, gd, pooled.dev, o.ids, o.weights, o.out,
                                      &then);
             const std::string ops = timed->timing_report();

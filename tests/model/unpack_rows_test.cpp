@@ -19,7 +19,11 @@ struct Matrix {
 // rows x 2 matrix with row r = (r, 10 r); block scales of `block` rows = (100 b) when block > 0.
 Matrix make(int64_t rows, int64_t block, std::vector<int32_t> map, Weight& w, Tensor& t) {
   Matrix m;
-  for (int64_t r = 0; r < rows; ++r) m.w.insert(m.w.end(), {float(r), 10.0f * r});
+  // (push_back, not insert of a list: g++ 12 warns of an overflow there that is not one)
+  for (int64_t r = 0; r < rows; ++r) {
+    m.w.push_back(static_cast<float>(r));
+    m.w.push_back(10.0f * r);
+  }
   m.map = std::move(map);
   w.w = Tensor(m.w.data(), DType::f32, {rows, 2});
   if (block > 0) {

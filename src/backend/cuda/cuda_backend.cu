@@ -448,14 +448,6 @@ class CudaBackend final : public Backend {
     }
     Backend::matmul_conv(x, w, conv_w, conv_states, layout, out, conv_out);
   }
-  void matmul_gated_norm(Tensor x, const Tensor& z, const Tensor& norm, float eps,
-                         const Weight& w, Tensor out) override {
-    if (fused_matmul_norm() && cuda::matmul_gated_norm_fits(x, norm, w)) {
-      Timed timed(timer_, "matmul_gated_norm");
-      return cuda::matmul_gated_norm(x, z, norm, eps, w, out);
-    }
-    Backend::matmul_gated_norm(x, z, norm, eps, w, out);
-  }
   void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                  Tensor ids, Tensor weights) override {
     Timed timed(timer_, "moe_route");
@@ -475,8 +467,7 @@ class CudaBackend final : public Backend {
                          Tensor weights, Tensor out, const ResidualNorm* then) override {
     // The norm joins the combine's kernel only where add_rmsnorm would be one kernel, and for a
     // decode batch (kCombineNormTokens); else it stays an op of its own after the experts.
-    const bool split_norm = combine_norm_split();
-    const bool norm = then && (split_norm || fused_combine_norm()) &&
+    const bool norm = then && combine_norm_split() &&
                       x.shape[0] <= cuda::kCombineNormTokens &&
                       cuda::add_rmsnorm_is_wide(then->x, then->weight, then->normed);
     const bool route =
@@ -486,8 +477,8 @@ class CudaBackend final : public Backend {
         Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
-                                {route, fused_swiglu(), grouped_prefetch(), split_norm,
-                                 experts_x_early(), shared_expert_early()});
+                                {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
+                                 shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

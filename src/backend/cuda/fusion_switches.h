@@ -22,28 +22,17 @@ inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", 
 // +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0
 // turns it off. Read at every call (tests switch it), as the others.
 inline bool fused_routing() { return knob_on("HIBANA_CUDA_FUSED_ROUTING", true); }
-// HIBANA_CUDA_FUSED_MATMUL_NORM=1: the DeltaNet's output projection applies the gated norm as its
-// decode kernel loads the activations, one launch fewer per DeltaNet layer (the same bits). Off:
-// 0.991 and 0.977 on the 80B's decode at batch 1 (sixteenth and twentieth slices). (The norm
-// inside the recurrence instead, a CTA per value head where 128 CTAs held the state, was 2.1%
-// slower on the 80B's decode at batch 1: docs/benchmarks.md, fifteenth slice; it is gone. With
-// the 128 CTAs kept and each head's last CTA normalising, 0.986: twenty-first slice, gone too.)
-inline bool fused_matmul_norm() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_NORM", false); }
 // HIBANA_CUDA_FUSED_MATMUL_CONV: a DeltaNet layer's input projection applies the conv as its
 // decode kernel stores the outputs, one launch fewer per DeltaNet layer (the same bits). On by
 // default: 80B decode 1.007 and 1.014 times as fast at batch 1 in two calls, 1.000 at 8 (H100,
 // docs/benchmarks.md, twentieth slice; 0.993 in the sixteenth, before the 6 KiB fp8 ring and
 // the routing by one warp); =0 turns it off.
 inline bool fused_matmul_conv() { return knob_on("HIBANA_CUDA_FUSED_MATMUL_CONV", true); }
-// HIBANA_CUDA_FUSED_COMBINE_NORM=1: the MoE combine also adds the FFN output to the residual
-// stream and applies the next layer's input norm, one launch fewer per MoE layer (the same
-// bits). Off: 80B decode 4.0% slower at batch 1 (one CTA per token where the combine alone
-// spreads over 8); 1.004 on an H100 in the nineteenth slice (docs/benchmarks.md).
-inline bool fused_combine_norm() { return knob_on("HIBANA_CUDA_FUSED_COMBINE_NORM", false); }
-// HIBANA_CUDA_COMBINE_NORM_SPLIT=1: the same three ops in one launch with the combine spread
-// over its usual CTAs and each token's norm by its last CTA to finish (the same bits; takes
-// precedence over FUSED_COMBINE_NORM). On by default: 80B decode 1.014 times as fast at batch 1,
-// 1.008 at 8 (H100, docs/benchmarks.md, twentieth slice); =0 turns it off.
+// HIBANA_CUDA_COMBINE_NORM_SPLIT: the MoE combine also adds the FFN output to the residual
+// stream and applies the next layer's input norm, one launch fewer per MoE layer, with the
+// combine spread over its usual CTAs and each token's norm by its last CTA to finish (the same
+// bits). On by default: 80B decode 1.014 times as fast at batch 1, 1.008 at 8 (H100,
+// docs/benchmarks.md, twentieth slice); =0 runs add_rmsnorm as its own op.
 inline bool combine_norm_split() { return knob_on("HIBANA_CUDA_COMBINE_NORM_SPLIT", true); }
 // HIBANA_CUDA_EXPERTS_X_EARLY: at batch 1 the experts' gate/up kernels split the token's
 // activations before their wait, before the routing is known (mm::Params::x_early; the same
@@ -59,5 +48,11 @@ inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EA
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
 inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION_GATE", true); }
+
+// Measured slower and removed (their code is in 5675f6a): the DeltaNet's gated norm applied as
+// the output projection loads its activations (HIBANA_CUDA_FUSED_MATMUL_NORM: 0.991 and 0.977
+// on the 80B at batch 1), the combine and norm in one CTA per token (FUSED_COMBINE_NORM: 0.960,
+// then 1.004 where the split form above gave 1.014), and plain products releasing the next
+// kernel before their own wait (RELEASE_BEFORE_WAIT: 0.968).
 
 }  // namespace hibana::cuda

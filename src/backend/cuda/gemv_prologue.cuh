@@ -33,14 +33,12 @@ __device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr&
 
 // The CTA's x_rows activation rows of its split [k_first, k_first + span) into shared memory at
 // xw, row r from x row x_row_of(r) (-1: zeros), as three planes of bf16 terms per row, pitch
-// words apart (the kernel's B fragments); or, with Params::norm_w, the gated norm's outputs.
-// S: the kernel's Gemv shape (its chunk KC); kWarps warps.
+// words apart (the kernel's B fragments). S: the kernel's Gemv shape (its chunk KC); kWarps warps.
 template <typename S, int kWarps, typename RowOf>
 __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw, int64_t k_first,
                                                   int span, int pitch, int x_rows,
                                                   RowOf x_row_of) {
   constexpr int KC = S::KC, kGroupsPerChunk = KC / 4, kThreads = kWarps * 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
   // it splits them: the activations come from L2, one round trip per batch. kBatch is what
   // a thread has (1 or 2 at batch 1): unused slots cost their address work too. An item's
@@ -85,49 +83,8 @@ __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw,
       }
     }
   };
-  // The gated norm (Params::norm_w): a warp per (row, group of G values), norm_group_warp's
-  // arithmetic in registers (value lane + 32 u of the group), each even lane splitting the
-  // pair it holds with its neighbour's value.
-  auto norm_split = [&] {
-    const int G = p.norm_group, per_row = span / G;
-    for (int it = warp; it < x_rows * per_row; it += kThreads / 32) {
-      const int r = it / per_row, k0 = (it - r * per_row) * G;
-      const int64_t xr = x_row_of(r);
-      const float* xs = p.x + (xr >= 0 ? xr * p.ldx : 0) + k_first + k0;
-      const float* zs = p.gate_z + (xr >= 0 ? xr * p.ldz : 0) + k_first + k0;
-      float xv[4], zv[4], wv[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int i = lane + 32 * u;
-        const bool in = i < G && xr >= 0;
-        xv[u] = in ? xs[i] : 0.0f;
-        zv[u] = in ? zs[i] : 0.0f;
-        wv[u] = i < G ? p.norm_w[i] : 0.0f;
-      }
-      float ss = 0.0f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (lane + 32 * u < G) ss = fmaf(xv[u], xv[u], ss);
-      }
-      const float inv = rms_inverse(warp_sum(ss), static_cast<float>(G), p.norm_eps);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float y = norm_value<true>(xv[u], wv[u], zv[u], inv, false);
-        const float next = __shfl_down_sync(~0u, y, 1);
-        const int i = lane + 32 * u;
-        if ((lane & 1) || i >= G) continue;
-        const Split3 b = split3(y, next);
-        uint32_t* dst = xw + 3 * r * pitch + (k0 + i) / 2;
-        dst[0] = b.h;
-        dst[pitch] = b.m;
-        dst[2 * pitch] = b.l;
-      }
-    }
-  };
   const int per_thread = (items + kThreads - 1) / kThreads;
-  if (p.norm_w != nullptr) {
-    norm_split();
-  } else if (per_thread <= 1) {
+  if (per_thread <= 1) {
     split_x(std::integral_constant<int, 1>{});
   } else if (per_thread <= 2) {
     split_x(std::integral_constant<int, 2>{});

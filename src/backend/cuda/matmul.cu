@@ -451,13 +451,6 @@ std::optional<mm::Params> fused_decode_params(const Tensor& x, const Weight& w) 
 }
 }  // namespace
 
-bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w) {
-  const int64_t G = norm.numel();
-  const std::optional<mm::Params> p = fused_decode_params(x, w);
-  return p && (G == 64 || G == 128) && x.shape[1] % G == 0 && p->split_len % G == 0 &&
-         mm::gemv_x_fits(*p, elt_of(w.w.dtype), x.shape[0]);
-}
-
 // Decode (one token a sequence, at most 8), a weight the tensor-core kernels take, a conv of up to
 // kFusedConvTaps taps over the first columns.
 bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
@@ -488,24 +481,6 @@ void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor 
   p.conv_snaps = layout.snapshot_slot.ptr<int32_t>();
   p.conv_out = conv_out.ptr<float>();
   p.ldco = conv_out.stride[0];
-  mm::run(p, elt_of(w.w.dtype), false, m, 1);
-}
-
-void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
-                       const Weight& w, Tensor out) {
-  const int64_t m = x.shape[0];
-  check(matmul_gated_norm_fits(x, norm, w), ErrorKind::internal,
-        "matmul_gated_norm: the decode kernel cannot take this product");
-  check(z.shape[0] == m && z.shape[1] == x.shape[1] && z.stride[1] == 1, ErrorKind::internal,
-        "matmul_gated_norm: z is " + z.shape_string() + ", x " + x.shape_string());
-  check(out.shape[0] == m && out.shape[1] == w.rows() && out.stride[1] == 1, ErrorKind::internal,
-        "matmul_gated_norm: output is " + out.shape_string());
-  mm::Params p = plain_params(x, w, out);
-  p.gate_z = z.ptr<float>();
-  p.ldz = z.stride[0];
-  p.norm_w = norm.ptr<float>();
-  p.norm_eps = eps;
-  p.norm_group = static_cast<int>(norm.numel());
   mm::run(p, elt_of(w.w.dtype), false, m, 1);
 }
 

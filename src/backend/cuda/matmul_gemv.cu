@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // Params::x_early: a grouped launch of one token's pairs splits that token's activations
   // before its wait and before it reads the routing (x row 0 whatever its group).
   const bool x_first = kGrouped && kXShared && p.x_early;
-  assert(!x_first || (x_rows == 1 && p.norm_w == nullptr));
+  assert(!x_first || x_rows == 1);
   if constexpr (kXShared) {
     if (x_first) {
       share_activations<S, kWarps>(p, xw, k_first, span, pitch, x_rows,
@@ -225,7 +225,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   for (int q = 0; q < D - 1; ++q) issue();
 
-  if (!kGrouped && p.release_before_wait) pdl_trigger();  // (Params::release_before_wait)
   if (early && !known) wait_previous();  // the activations are the previous kernel's output
   // A known slice releases the next kernel without waiting (Params::slice_known): were it to
   // release only after its loop, the next kernel's launch would wait for that loop too.
@@ -442,9 +441,7 @@ void launch(const Params& p, int groups, int x_rows) {
   const int64_t wave_shared = static_cast<int64_t>(ctas_per_sm(S::kSmem + x_bytes)) * num_sms();
   const int64_t wave_plain = static_cast<int64_t>(ctas_per_sm(S::kSmem)) * num_sms();
   const bool x_fits = x_bytes <= static_cast<size_t>(kXSharedMax);
-  // (The gated norm is applied as the activations are shared: it takes them shared, always.)
-  bool shared_x = x_fits && (p.norm_w != nullptr || !(ctas > wave_shared && ctas <= wave_plain));
-  check(x_fits || p.norm_w == nullptr, ErrorKind::internal, "gated norm: activations too wide");
+  bool shared_x = x_fits && !(ctas > wave_shared && ctas <= wave_plain);
   // Where bf16's 12 KiB rings leave the shared activations a second wave, 10 KiB rings may not
   // (HIBANA_CUDA_GEMV_SMALL_RING: 1 there, the default; 2 wherever x is shared; 3, or any
   // other positive value, never; 0 reads as unset, as for every numeric knob).
@@ -485,22 +482,12 @@ void launch_rows(const Params& p, int groups, int x_rows) {
 
 }  // namespace
 
-bool gemv_x_fits(const Params& p, Elt elt, int64_t rows) {
-  // (The pitch depends on the element size only, not on the ring.)
-  using Bf16 = Gemv<Elt::bf16, kRingPerWarp<Elt::bf16, true>>;
-  using Fp8 = Gemv<Elt::fp8, kRingPerWarp<Elt::fp8, true>>;
-  const int pitch = elt == Elt::bf16 ? Bf16::plane_pitch_bytes(p.split_len)
-                                     : Fp8::plane_pitch_bytes(p.split_len);
-  return rows * 3 * pitch <= kXSharedMax;
-}
-
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // On by default (80B decode +1.7% at batch 1, +0.5% at 8; the 8B's unchanged:
   // docs/benchmarks.md, fifteenth slice); =0 releases at the loop's end. Read at every call.
   // Where the next kernel launches does not change what it computes: it still waits for this
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
-  p.release_before_wait = knob_on("HIBANA_CUDA_RELEASE_BEFORE_WAIT", false);
   // HIBANA_CUDA_CLUSTER_SPLITS=1 (off until measured: compiled only, twenty-first slice): a
   // plain product's splits add their sums through distributed shared memory
   // (Params::cluster_sums) instead of partials in global memory, a counter and the last CTA's

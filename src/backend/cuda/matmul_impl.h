@@ -88,21 +88,6 @@ struct Params {
   // own wait (save a known slice's CTAs: slice_known): routing_ready relies on a launch following
   // its predecessor's wait.
   bool release_early;
-  // Plain decode kernels (HIBANA_CUDA_RELEASE_BEFORE_WAIT=1, off by default, not yet measured):
-  // release the next kernel once the ring's first copies are issued, before this kernel's own
-  // wait, as op_chain's fastest graph way does. The next kernel may then start while the one
-  // before this still runs: every kernel reads only constants before its wait, and no
-  // routing_ready launch follows a plain one (the expert down projection follows gate/up or
-  // silu_mul), so nothing it reads early can still be written.
-  bool release_before_wait;
-  // Decode kernel with shared activations only (null otherwise): the activations it splits are
-  // y = gated_rmsnorm(x, gate_z, norm_w, norm_eps) over groups of norm_group values (64 or 128;
-  // the splits cut no group), computed as it loads them, not x (matmul_gated_norm).
-  const float* gate_z;
-  int64_t ldz;
-  const float* norm_w;
-  float norm_eps;
-  int norm_group;
   // Decode kernel, plain products of one token a sequence (null otherwise): output columns below
   // conv_cols also go through the DeltaNet's conv (conv_impl.cuh, kernel size conv_k up to
   // kFusedConvTaps) into conv_out, row m being sequence m: its carried window in conv_states at
@@ -263,9 +248,6 @@ void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int group
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),
 // streaming the weights through warp-private rings with no barrier in the loop.
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
-// Whether the decode kernel can hold a plain product's activations of `rows` rows (one split's
-// worth) in shared memory: what the gated norm (Params::norm_w) needs.
-bool gemv_x_fits(const Params& p, Elt elt, int64_t rows);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list), where

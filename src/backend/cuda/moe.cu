@@ -65,42 +65,31 @@ struct Pairs {
   int64_t H;
 };
 
-// acc[e] = sum_j weights[t, j] * y[t * k + j][c0 + e * stride] for the kGroup columns c0,
-// c0 + stride, ... (those at H or past give 0), j ascending, pairs with id -1 skipped (their y
-// row was never written). kBatch pairs' ids, weights and outputs of every column are loaded
-// before any is used: one round trip per batch of pairs, whatever kGroup (a column at a time,
-// a thread holding 8 of them would wait two round trips for each, one after another). y has a
-// row for every pair, used or not, so the loads are in bounds. (16 pairs a round trip where a
-// thread takes one column, the 80B's 11 in one, measured the same: 1.004 and 0.999 at batch 1
-// and 8, twenty-first slice.)
-template <int kGroup>
-__device__ __forceinline__ void combine_columns(const Pairs& p, int64_t t, int64_t c0,
-                                                int64_t stride, float (&acc)[kGroup]) {
+// sum_j weights[t, j] * y[t * k + j][c], j ascending, pairs with id -1 skipped (their y row was
+// never written). kBatch pairs' ids, weights and outputs are loaded before any is used: one
+// round trip per batch of pairs. y has a row for every pair, used or not, so the loads are in
+// bounds. (16 pairs a round trip, the 80B's 11 in one, measured the same: 1.004 and 0.999 at
+// batch 1 and 8, twenty-first slice.)
+__device__ __forceinline__ float combine_column(const Pairs& p, int64_t t, int64_t c) {
   constexpr int kBatch = 8;
   const int k = p.k;
-#pragma unroll
-  for (int e = 0; e < kGroup; ++e) acc[e] = 0.0f;
+  float acc = 0.0f;
   for (int j0 = 0; j0 < k; j0 += kBatch) {
     int32_t id[kBatch];
-    float wv[kBatch], yv[kBatch][kGroup];
+    float wv[kBatch], yv[kBatch];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       const int64_t j = t * k + min(j0 + q, k - 1);
       id[q] = j0 + q < k ? p.ids[j] : -1;
       wv[q] = p.weights[j];
-#pragma unroll
-      for (int e = 0; e < kGroup; ++e) {
-        const int64_t c = c0 + e * stride;
-        yv[q][e] = c < p.H ? p.y[j * p.H + c] : 0.0f;
-      }
+      yv[q] = p.y[j * p.H + c];
     }
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
-      if (id[q] < 0) continue;
-#pragma unroll
-      for (int e = 0; e < kGroup; ++e) acc[e] = fmaf(wv[q], yv[q][e], acc[e]);
+      if (id[q] >= 0) acc = fmaf(wv[q], yv[q], acc);
     }
   }
+  return acc;
 }
 
 // out[t] = the combine of token t's pairs.
@@ -109,16 +98,11 @@ __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * p.H) return;
   const int64_t t = i / p.H, c = i % p.H;
-  float acc[1];
-  combine_columns(p, t, c, 0, acc);
-  out[t * ldo + c] = acc[0];
+  out[t * ldo + c] = combine_column(p, t, c);
 }
 
-// The combine, then the residual add and the next layer's input norm (add_rmsnorm's wide
-// kernel), one CTA per token: out[t] = the combine, x[t] += out[t], normed[t] = rmsnorm(x[t]).
-// A thread computes the combine of the very elements it adds and normalises (i = thread + 256 j),
-// 8 of them at a time (combine_columns) and all of its first kWideCached before storing any,
-// then reads them back (its own stores).
+// The residual stream and the next layer's input norm (add_rmsnorm's wide kernel) that the
+// combine's kernel takes: x[t] += out[t], normed[t] = rmsnorm(x[t]).
 struct ResidualArgs {
   float* x;
   int64_t ldx;
@@ -128,44 +112,13 @@ struct ResidualArgs {
   float* normed;
   int64_t ldn;
 };
-__global__ void __launch_bounds__(kWideThreads, 1)  // (registers for a group's loads)
-    combine_add_norm_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r) {
-  const int64_t H = p.H, t = blockIdx.x;
-  float wv[kWideCached];
-  wide_norm_weights(r.w, H, wv);  // constants: before the wait
-  pdl_start();
-  float* orow = out + t * ldo;
-  constexpr int kGroup = 8;
-  static_assert(kWideCached % kGroup == 0, "element groups");
-  float cv[kWideCached];
-#pragma unroll
-  for (int g0 = 0; g0 < kWideCached; g0 += kGroup) {
-    float acc[kGroup] = {};
-    const int64_t c0 = threadIdx.x + kWideThreads * g0;
-    if (c0 < H) combine_columns(p, t, c0, kWideThreads, acc);  // (later groups may be past H)
-#pragma unroll
-    for (int e = 0; e < kGroup; ++e) cv[g0 + e] = acc[e];
-  }
-#pragma unroll
-  for (int j = 0; j < kWideCached; ++j) {
-    const int64_t i = threadIdx.x + kWideThreads * j;
-    if (i < H) orow[i] = cv[j];
-  }
-  for (int64_t i = threadIdx.x + kWideThreads * kWideCached; i < H; i += kWideThreads) {
-    float acc[1];
-    combine_columns(p, t, i, 0, acc);
-    orow[i] = acc[0];
-  }
-  wide_norm_group<false, true>(r.x + t * r.ldx, nullptr, orow, r.w, wv, r.eps, r.zero_centred, H,
-                               r.normed + t * r.ldn);
-}
 
-// The same three ops with the combine spread as moe_combine_kernel spreads it: CTA (b, t) takes
-// columns b * kWideThreads .. of token t, stores their combine and adds it to x there (x + out,
-// the add of add_rmsnorm's wide kernel); the token's last CTA to finish (last_to_finish: the
-// others' stores are visible to it) then normalises the row from L2 with wide_norm_group, as
-// add_rmsnorm's wide kernel does after its add. The bits of the three ops; one launch fewer than
-// them, and no token's combine left to one CTA (combine_add_norm_kernel). counters: [T], zero.
+// The combine, the residual add and the norm in one kernel, the combine spread as
+// moe_combine_kernel spreads it: CTA (b, t) takes columns b * kWideThreads .. of token t, stores
+// their combine and adds it to x there (x + out, the add of add_rmsnorm's wide kernel); the
+// token's last CTA to finish (last_to_finish: the others' stores are visible to it) then
+// normalises the row from L2 with wide_norm_group, as add_rmsnorm's wide kernel does after its
+// add. The bits of the three ops, one launch fewer than them. counters: [T], zero.
 __global__ void __launch_bounds__(kWideThreads)
     combine_add_norm_split_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r, int* counters) {
   const int64_t H = p.H, t = blockIdx.y;
@@ -175,10 +128,9 @@ __global__ void __launch_bounds__(kWideThreads)
   pdl_start();
   float* xr = r.x + t * r.ldx;
   if (c < H) {
-    float acc[1];
-    combine_columns(p, t, c, 0, acc);
-    out[t * ldo + c] = acc[0];
-    xr[c] = xr[c] + acc[0];
+    const float v = combine_column(p, t, c);
+    out[t * ldo + c] = v;
+    xr[c] = xr[c] + v;
   }
   if (!mm::last_to_finish(counters + t, static_cast<int>(gridDim.x))) return;
   wide_norm_group<false, false, true>(xr, nullptr, nullptr, r.w, wv, r.eps, r.zero_centred, H,
@@ -285,17 +237,11 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                          then->weight.ptr<float>(), then->eps,
                          then->zero_centred,        then->normed.ptr<float>(),
                          ld(then->normed)};
-    if (f.split_norm) {
-      const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
-                      static_cast<unsigned>(T));
-      launch_pdl(combine_add_norm_split_kernel, grid, kWideThreads, 0, pairs_out,
-                 out.ptr<float>(), ld(out), r, mm::finish_counters(static_cast<size_t>(T)));
-      launched("combine_add_norm_split_kernel");
-      return;
-    }
-    launch_pdl(combine_add_norm_kernel, static_cast<unsigned>(T), kWideThreads, 0, pairs_out,
-               out.ptr<float>(), ld(out), r);
-    launched("combine_add_norm_kernel");
+    const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
+                    static_cast<unsigned>(T));
+    launch_pdl(combine_add_norm_split_kernel, grid, kWideThreads, 0, pairs_out, out.ptr<float>(),
+               ld(out), r, mm::finish_counters(static_cast<size_t>(T)));
+    launched("combine_add_norm_split_kernel");
     return;
   }
   launch_pdl(moe_combine_kernel, blocks_for(T * H, 256), 256, 0, pairs_out, T, out.ptr<float>(),

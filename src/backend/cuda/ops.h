@@ -53,10 +53,6 @@ void matmul(const Tensor& x, const Weight& w, Tensor out);
 // rows); the caller checks first, so an op report names only what ran.
 bool matmul_swiglu_fits(const Tensor& x, const Weight& w, const Tensor& out);
 void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out);
-// out = gated_rmsnorm(x, z, norm, eps) · wᵀ in one decode-kernel launch, the norm applied as the
-// kernel loads its activations, with the bits of the two ops (x is left as it is), where
-// matmul_gated_norm_fits: at most 8 rows, a weight the tensor-core kernels take, groups (norm
-// width) of 64 or 128 that the product's splits do not cut, and its activations shared.
 // out = x · wᵀ and conv_out = gdn_conv of out's first conv_w.shape[0] columns, in one
 // decode-kernel launch with the bits of the two ops, where matmul_conv_fits: one token a sequence
 // (at most 8), a weight the tensor-core kernels take, a kernel of at most 5 taps.
@@ -64,9 +60,6 @@ bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
                       const BatchLayout& layout);
 void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,
                  const BatchLayout& layout, Tensor out, Tensor conv_out);
-bool matmul_gated_norm_fits(const Tensor& x, const Tensor& norm, const Weight& w);
-void matmul_gated_norm(const Tensor& x, const Tensor& z, const Tensor& norm, float eps,
-                       const Weight& w, Tensor out);
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // fuse_swiglu: where every expert's group fits the decode kernel and gate and up are stacked,
 // that launch also computes silu(gate) * up (matmul_swiglu's way). prefetch_down: the down
@@ -79,18 +72,16 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
 // expert in one launch (where route_group_fits); with `then` (where add_rmsnorm is one wide
 // kernel: add_rmsnorm_is_wide), the combine, the add and the norm in one kernel.
-// The combine takes the norm for at most kCombineNormTokens tokens (a decode batch: its kernel
-// holds a token's combine in registers, 167 a thread, one CTA per SM, which a long prefill's
-// thousands of CTAs would feel).
+// The combine keeps its CTAs (kWideThreads columns each) and each token's last CTA to finish
+// applies the norm. It takes the norm for at most kCombineNormTokens tokens: decode batches, the
+// only ones it was measured on (a prefill's norm stays add_rmsnorm's own kernel).
 constexpr int64_t kCombineNormTokens = 64;
-// split_norm: with `then`, the combine keeps its CTAs (kWideThreads columns each) and each
-// token's last CTA to finish applies the norm, instead of one CTA per token for all of it.
 // x_early: at one token, the gate/up launches read x before their wait (mm::Params::x_early;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, split_norm, x_early, shared_early;
+  bool route, swiglu, prefetch_down, x_early, shared_early;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

@@ -1,10 +1,12 @@
-// Backend::prefetch on CUDA (HIBANA_CUDA_L2_PREFETCH=1, off until measured): while a decode
-// step is recorded, the weights a later product reads are pulled into L2 by a one-warp kernel on
-// a second stream, forked from the recording stream where the call stands (so it starts once
-// the op queued before it has finished) and joined back at the end of the recording. The chain
-// of dependent kernels leaves the memory idle between products (tools/gpu/op_chain.cu measures
-// by how much); a prefetch keeps it streaming there. Nothing waits for a prefetch and nothing
-// reads what it moves but the products that read the weights anyway: results do not change.
+// Backend::prefetch on CUDA (HIBANA_CUDA_L2_PREFETCH=1; off): while a decode step is recorded,
+// the weights a later product reads are pulled into L2 by a one-warp kernel on a second stream,
+// forked from the recording stream where the call stands (so it starts once the op queued
+// before it has finished) and joined back at the end of the recording. The chain of dependent
+// kernels leaves the memory idle between products (tools/gpu/op_chain.cu measures by how much);
+// a prefetch was to keep it streaming there. It made the 80B's decode twice as slow at batch 1,
+// and op_chain's chain four times however it was paced (docs/benchmarks.md, sixteenth slice).
+// Nothing waits for a prefetch and nothing reads what it moves but the products that read the
+// weights anyway: results do not change.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -13,7 +15,6 @@ namespace hibana::cuda {
 namespace {
 
 constexpr int kMaxSpans = 8;
-constexpr unsigned kPiece = 64 << 10;  // bytes per bulk prefetch
 // Larger matrices are not prefetched: they cannot sit in the 50 MB L2 beside the stream of the
 // products in between (the 8B's MLP, 200 MB) and stream at full speed on their own.
 constexpr size_t kMaxSpanBytes = size_t(32) << 20;
@@ -28,6 +29,7 @@ struct Spans {
 // older GPU does nothing) and ends; the prefetches go on without it.
 __global__ void prefetch_kernel(Spans s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr unsigned kPiece = 64 << 10;  // bytes per bulk prefetch
   for (int i = 0; i < s.n; ++i) {
     for (unsigned long long off = threadIdx.x * static_cast<unsigned long long>(kPiece);
          off < s.bytes[i]; off += 32ull * kPiece) {

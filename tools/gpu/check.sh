@@ -18,8 +18,10 @@
 # HIBANA_CUDA_GROUPED_SPLIT_TILES "16 8 264" with CONFIGS=qwen3-next-80b-a3b:fp8), ab (this tree
 # against tools/gpu/ab_ref.sh's reference tree or AB_ENV, alternating runs in one session, with
 # ratios, and AB_MORE's trees between; `ab` builds the trees at once, so run it before `tests`),
-# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab (after ab: both trees' per-kernel
-# step profiles side by side).
+# serve-decode (decode through the HTTP API beside bench decode: CLIENTS, CONFIGS), profile-ab
+# (after ab: both trees' per-kernel step profiles side by side), timeline-ab (after ab: both
+# trees' timelines, each kernel group's critical time side by side; the nsys importer needs
+# libdw1 and libelf1 in .devdeps).
 # TIMING=1 adds the per-op GPU time breakdown to the benchmarks; WHOLE=1 makes the decode
 # benchmarks move every logits row to the host (the engine's way before summaries).
 # Usage: source .devdeps/activate.sh && tools/gpu/check.sh build tests bench-8b
@@ -146,15 +148,17 @@ stage_profile_ab() {
 # added to .devdeps by hand (`cd .devdeps && apt-get download libdw1 libelf1`: pack-debs would
 # bring their compression libraries too, ahead of the machine's own). Under nsys the step runs
 # ~10% slower than in bench decode.
+# TIMELINE_BIN: another build's hibana (this tree's by default), TIMELINE_TAG its files' suffix.
 stage_timeline() {
   set -- ${PROFILE:-qwen3-next-80b-a3b fp8}
-  local nsys f="$OUT/timeline_$1_b${BATCH:-1}"
+  local nsys f="$OUT/timeline_$1_b${BATCH:-1}${TIMELINE_TAG:-}"
   nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
     /opt/nvidia/nsight-compute/*/host/*/nsys 2>/dev/null | head -1)
   [ -n "$nsys" ] || { echo "timeline: no nsys on this machine"; return 1; }
   timeout 200 "$nsys" profile --cuda-graph-trace=node --trace=cuda -o "$f" --force-overwrite true \
-    $B/hibana bench decode --device cuda --load-format dummy --config bench/configs/$1.json \
-    --dtype $2 --batch ${BATCH:-1} --context 4096 --steps 8 >"$f.log" 2>&1
+    ${TIMELINE_BIN:-$B/hibana} bench decode --device cuda --load-format dummy \
+    --config bench/configs/$1.json --dtype $2 --batch ${BATCH:-1} --context 4096 --steps 8 \
+    >"$f.log" 2>&1
   grep -E -A1 "tokens/s" "$f.log" | tail -2
   if [ ! -f "$f.nsys-rep" ] && [ -f "$f.qdstrm" ]; then  # nsys without its importer beside it
     local imp
@@ -171,6 +175,20 @@ stage_timeline() {
   python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" >"$f.txt" 2>&1
   head -${LINES_SHOWN:-60} "$f.txt"
   rm -f "$f.nsys-rep" "$f.sqlite" "$f.qdstrm"
+}
+
+# The timeline of the reference build (.abref, built by `ab`: run `ab` first on the same
+# machine) and of this tree's, then each kernel group's critical time in both (nsys_step.py
+# --against): where the two builds' steps differ.
+stage_timeline_ab() {
+  [ -x .abref/b/hibana ] && [ -x $B/hibana ] || { echo "timeline-ab: run ab first"; return 1; }
+  set -- ${PROFILE:-qwen3-next-80b-a3b fp8}
+  local f="$OUT/timeline_$1_b${BATCH:-1}"
+  TIMELINE_BIN=.abref/b/hibana TIMELINE_TAG=_ref LINES_SHOWN=0 stage_timeline || return 1
+  LINES_SHOWN=0 stage_timeline || return 1
+  echo "== base: ref $(cut -c1-10 .abref/REF); this: $(git rev-parse --short HEAD 2>/dev/null)"
+  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" --against "${f}_ref_cuda_gpu_trace.csv" |
+    tee "$f.ab.txt" | head -${LINES_SHOWN:-30}
 }
 
 # PROFILE=none skips the step; DTYPE picks the matmuls' weights (bf16).
@@ -488,6 +506,7 @@ for s in "$@"; do
     tiers) stage_tiers ;;
     profile) stage_profile ;;
     timeline) stage_timeline ;;
+    timeline-ab) stage_timeline_ab ;;
     matmul) stage_matmul ;;
     floor) stage_floor ;;
     stream) stage_stream ;;

@@ -5,13 +5,17 @@ graph (programmatic dependent launch on), from Nsight Systems' kernel trace
 tools/gpu/check.sh timeline). Nsight Compute's step profile (ncu_step.py) times each kernel
 alone; this one takes them as they ran.
 
-  nsys_step.py TRACE.csv [--kernels N]
+  nsys_step.py TRACE.csv [--kernels N] [--against BASE.csv]
 
 The step is the kernels from the last embedding launch on. Each kernel's "critical" time is
 what it added to the step's span: the part of it that ends after every kernel started before
 it had ended. The groups are printed heaviest first by that time, then the step's first N
 kernels (60) in order: start and end relative to the step, duration, and critical time — read
 down that column, it is the chain of a layer's kernels.
+
+--against BASE.csv (another build's trace of the same step, check.sh timeline-ab) prints
+instead each group's critical time in both, largest change first: where one build's step
+gained or lost its time.
 """
 import argparse
 import collections
@@ -19,7 +23,8 @@ import csv
 
 
 def rows(path):
-    lines = open(path).read().splitlines()
+    with open(path) as f:
+        lines = f.read().splitlines()
     start = next(i for i, l in enumerate(lines) if "Start" in l and "Name" in l)
     out = []
     for r in csv.DictReader(lines[start:]):
@@ -53,17 +58,14 @@ def short(name):
     return base.split("::")[-1] + (f"<{tmpl[:60]}>" if tmpl else "")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("trace")
-    ap.add_argument("--kernels", type=int, default=60)
-    a = ap.parse_args()
-    ks = rows(a.trace)
+def step_groups(path):
+    """The step's span, kernel count, kernel time and per-group [calls, time, critical, gaps]
+    (ns), and the timeline (start, duration, critical, group); None without a step."""
+    ks = rows(path)
     last = max((i for i, k in enumerate(ks) if "embedding" in k[2]), default=0)
     step = ks[last:]
     if not step:
-        print("no kernels")
-        return
+        return None
     t0 = step[0][0]
     span = max(s + d for s, d, _, _ in step) - t0
     busy = sum(d for _, d, _, _ in step)
@@ -81,8 +83,48 @@ def main():
         g[3] += gap
         timeline.append((s - t0, d, crit, key))
         end_so_far = max(end_so_far, s + d)
+    return span, len(step), busy, groups, timeline
+
+
+def compare(a, b):
+    """Each group's critical time in build b (the base) and a, largest change first."""
+    span_a, n_a, _, ga, _ = a
+    span_b, n_b, _, gb, _ = b
+    print(f"step span: base {span_b / 1e3:.1f} us ({n_b} kernels), this {span_a / 1e3:.1f} us"
+          f" ({n_a} kernels), change {(span_a - span_b) / 1e3:+.1f} us")
+    print(f"{'base us':>9} {'this us':>9} {'change':>8} {'calls':>11} {'crit/call':>15}"
+          f"  kernel grid")
+    keys = list(dict.fromkeys(list(gb) + list(ga)))
+    zero = [0, 0, 0, 0]
+    keys.sort(key=lambda k: -abs(ga.get(k, zero)[2] - gb.get(k, zero)[2]))
+    for k in keys:
+        (nb, _, cb, _), (na, _, ca, _) = gb.get(k, zero), ga.get(k, zero)
+        per_b = f"{cb / nb / 1e3:.2f}" if nb else "-"
+        per_a = f"{ca / na / 1e3:.2f}" if na else "-"
+        print(f"{cb / 1e3:9.1f} {ca / 1e3:9.1f} {(ca - cb) / 1e3:+8.1f} {nb:5d}/{na:<5d}"
+              f" {per_b:>7}/{per_a:<7}  {k[0]} {k[1]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--kernels", type=int, default=60)
+    ap.add_argument("--against", help="another build's trace of the same step (the base)")
+    a = ap.parse_args()
+    this = step_groups(a.trace)
+    if this is None:
+        print("no kernels")
+        return
+    if a.against:
+        base = step_groups(a.against)
+        if base is None:
+            print("no kernels in the base trace")
+            return
+        compare(this, base)
+        return
+    span, n, busy, groups, timeline = this
     gaps = sum(g[3] for g in groups.values())
-    print(f"one step: {len(step)} kernels, span {span / 1e3:.1f} us, kernel time {busy / 1e3:.1f}"
+    print(f"one step: {n} kernels, span {span / 1e3:.1f} us, kernel time {busy / 1e3:.1f}"
           f" us (overlap {busy / span:.2f}x), idle gaps {gaps / 1e3:.1f} us")
     print(f"{'crit us':>9} {'share':>6} {'calls':>5} {'us/call':>8} {'crit/call':>9}"
           f" {'gap/call':>8}  kernel grid")

@@ -179,20 +179,6 @@ TEST_F(CudaOps, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
   expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
 }
 
-// A decode product's splits adding their sums through distributed shared memory, a thread
-// block cluster per tile (HIBANA_CUDA_CLUSTER_SPLITS=1, sm_90 on): the bits of the batch's
-// kernel, as with partials in global memory and a counter. 2 splits (200 x 1280), 8 (the 8B's
-// down projection, 4096 x 12288, beside the smaller ring; the 80B's DeltaNet output
-// projection, 2048 x 4096: 8 splits, where an add out of split order would change bits),
-// packed, shared and per-warp activations. (A GPU without clusters takes the partials: the
-// same check then of the usual path.)
-TEST_F(CudaOps, DecodeMatmulWithClusterSumsGivesTheSameBits) {
-  ScopedEnv on("HIBANA_CUDA_CLUSTER_SPLITS", "1");
-  expect_decode_rows_match_batch(*this, 200, 1280, {1, 2, 3, 7, 8});
-  expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
-  expect_decode_rows_match_batch(*this, 2048, 4096, {1, 3});
-}
-
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
 // past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
 // of 208 take the tensor-core paths and end inside their 32- / 64-element chunk; a batch of 130
@@ -458,15 +444,6 @@ TEST_F(CudaOps, SwigluMatmulHasTheBitsOfMatmulThenSiluMul) {
         }
         const std::vector<float> a = download(apart), f = download(fused);
         EXPECT_EQ(std::memcmp(a.data(), f.data(), a.size() * sizeof(float)), 0);
-        {  // the splits' sums through distributed shared memory (HIBANA_CUDA_CLUSTER_SPLITS)
-          ScopedEnv on("HIBANA_CUDA_FUSED_SWIGLU", "1");
-          ScopedEnv cluster("HIBANA_CUDA_CLUSTER_SPLITS", "1");
-          Tensor clustered = device_f32(m, I);
-          timed->matmul_swiglu(xd.slice_rows(0, m), w.dev, clustered);
-          EXPECT_EQ(std::memcmp(download(clustered).data(), a.data(), a.size() * sizeof(float)),
-                    0)
-              << "cluster sums";
-        }
         std::vector<float> ref(m * I);
         cpu->matmul_swiglu(Tensor(x.data(), DType::f32, {m, H}), w.host,
                            Tensor(ref.data(), DType::f32, {m, I}));

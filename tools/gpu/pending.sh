@@ -38,16 +38,6 @@ call19() {
   LINES_SHOWN=30 timeout 500 tools/gpu/check.sh timeline-ab 2>&1 | tail -36
 }
 
-# The splits' sums through distributed shared memory (HIBANA_CUDA_CLUSTER_SPLITS=1, off,
-# compiled only in the twenty-first slice): every CUDA test (three run it with the switch on),
-# the model and engine tests with it on, then the switch on both decode shapes at batch 1 and 8.
-call16() {
-  timeout 170 tools/gpu/check.sh build tests 2>&1 | tail -5
-  KNOBS="HIBANA_CUDA_CLUSTER_SPLITS=1" timeout 100 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
-  ROUNDS=2 BATCHES=1,8 VARIANTS="base;HIBANA_CUDA_CLUSTER_SPLITS=1" timeout 250 \
-    tools/gpu/check.sh sweep 2>&1 | tail -10
-}
-
 # The code-size suspect of the regression (docs/benchmarks.md, Not measured yet): the grouped
 # kernels' activations' split out of line (__noinline__: one copy instead of two inlined ones).
 call18() {
@@ -132,7 +122,6 @@ case "${1:-}" in
   8) call8 ;;
   14) call14 ;;
   15) call15 ;;
-  16) call16 ;;
   17) call17 ;;
   18) call18 ;;
   19) call19 ;;

@@ -64,38 +64,21 @@ __device__ __forceinline__ void pdl_start() {
 }
 // True on sm_90+ unless HIBANA_CUDA_PDL=0.
 bool pdl_enabled();
-// launch_pdl with the grid in thread block clusters of `cluster` CTAs (sm_90+; (1, 1, 1): none).
+// A launch on stream() that may start while the kernel before it runs (a programmatic
+// dependent launch, where pdl_enabled: the kernel's pdl_wait orders it).
 template <typename... P, typename... A>
-void launch_pdl_clusters(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, dim3 cluster,
-                         A&&... args) {
+void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream();
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster.x;
-    attr[n].val.clusterDim.y = cluster.y;
-    attr[n].val.clusterDim.z = cluster.z;
-    ++n;
-  }
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = n;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
   HIBANA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-}
-// A launch on stream() that may start while the kernel before it runs (a programmatic
-// dependent launch, where pdl_enabled: the kernel's pdl_wait orders it).
-template <typename... P, typename... A>
-void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
-  launch_pdl_clusters(kernel, grid, block, smem, dim3(1, 1, 1), std::forward<A>(args)...);
 }
 
 // Device memory that lives until the end of the current op (stream-ordered: freed memory is

@@ -51,7 +51,6 @@ namespace {
 int g_num_sms = 0;
 int g_smem_optin = 0;  // the GPU's shared memory opt-in limit per block
 bool g_pdl = false;  // the device runs programmatic dependent launches
-bool g_clusters = false;  // ... and thread block clusters (cluster_launch)
 
 // Buffers of at least this size come from cudaMalloc (weights, state pools); smaller ones from
 // the stream-ordered pool, which keeps freed memory for reuse.
@@ -242,12 +241,6 @@ class CudaBackend final : public Backend {
     cudaFuncAttributes probe{};
     g_pdl = prop.major >= 9 && cudaFuncGetAttributes(&probe, pdl_probe_kernel) == cudaSuccess &&
             probe.ptxVersion >= 90;
-    cudaGetLastError();
-    int has_clusters = 0;
-    g_clusters = g_pdl &&
-                 cudaDeviceGetAttribute(&has_clusters, cudaDevAttrClusterLaunch, device) ==
-                     cudaSuccess &&
-                 has_clusters != 0;
     cudaGetLastError();
     cudaMemPool_t pool;
     HIBANA_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -520,10 +513,6 @@ class CudaBackend final : public Backend {
 
 int num_sms() {
   return g_num_sms;
-}
-
-bool cluster_launch() {
-  return g_clusters;
 }
 
 int smem_per_block() {

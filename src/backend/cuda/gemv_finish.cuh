@@ -3,8 +3,6 @@
 // stores (SwiGLU, the DeltaNet's conv).
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "backend/cuda/conv_impl.cuh"
 #include "backend/cuda/matmul_impl.h"
 
@@ -77,60 +75,16 @@ __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here,
   for (int i = 0; i < 4; ++i) orow[i] = (i < 2 ? okA : okB) ? row[i & 1] : -1;
 }
 
-// Params::cluster_sums: the splits of a tile are one thread block cluster (1, splits, 1), rank
-// = split. Each CTA leaves its lane sums in its shared memory (slot: the lane's, free after the
-// loop), and split 0's lanes add the others' through distributed shared memory in split order
-// (sum = p0, sum += p1, ...: split_sums' bits), with no partial in global memory and no
-// counter. Every CTA then waits for the cluster, so its shared memory outlives split 0's reads.
-// Returns whether this CTA stores (split 0), its sums in sum.
-__device__ __forceinline__ bool cluster_split_sums(const Params& p, const float (&total)[4],
-                                                   float4* slot, int my_split,
-                                                   float (&sum)[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  cp_async_wait<0>();  // (the lane's ring copies are done: its slot may be overwritten)
-  *slot = make_float4(total[0], total[1], total[2], total[3]);
-  cluster.sync();
-  if (my_split == 0) {
-    // Every rank's load issued before any add (one round trip, not one per split): past the
-    // last split the last one again, not added.
-    float4 part[kClusterSplitsMax];
-#pragma unroll
-    for (int s = 1; s < kClusterSplitsMax; ++s) {
-      part[s] = *cluster.map_shared_rank(slot, min(s, p.splits - 1));
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] = total[i];
-#pragma unroll
-    for (int s = 1; s < kClusterSplitsMax; ++s) {
-      if (s < p.splits) {
-        sum[0] = sum[0] + part[s].x;
-        sum[1] = sum[1] + part[s].y;
-        sum[2] = sum[2] + part[s].z;
-        sum[3] = sum[3] + part[s].w;
-      }
-    }
-  }
-  cluster.sync();
-  return my_split == 0;
-#else
-  (void)p, (void)total, (void)slot, (void)my_split, (void)sum;
-  __trap();  // (run_gemv sets cluster_sums only where the running code is sm_90's or later)
-  return false;
-#endif
-}
-
 // The lane's sums into out (one split) or the split partials, the last CTA of a tile adding
 // them in split order. total[0], total[1] are row rA, total[2], total[3] row rB; unpacked, of
 // tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes; out
 // rows from out_rows. kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the
 // token's output at column rA is silu(gate) * up (each sum as the unfused product would store
-// it). slot: the lane's free shared memory (Params::cluster_sums).
-template <bool kGrouped, bool kPaired>
+// it).
+template <bool kPaired>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
                                        const int32_t (&out_row)[4], int my_split, int64_t rA,
-                                       int64_t rB, float4* slot) {
+                                       int64_t rB) {
   int64_t orow[4], col[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -153,13 +107,6 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     }
   };
   if (p.splits == 1) return store(total);
-  if constexpr (!kGrouped) {  // (grouped launches never cluster: a CTA may leave early)
-    if (p.cluster_sums) {
-      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (cluster_split_sums(p, total, slot, my_split, v)) store(v);
-      return;
-    }
-  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (orow[i] >= 0) {

@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-  finish<kGrouped, kPaired>(p, total, orow, my_split, rA, rB, reinterpret_cast<float4*>(ring));
+  finish<kPaired>(p, total, orow, my_split, rA, rB);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -462,9 +462,7 @@ void launch(const Params& p, int groups, int x_rows) {
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
-  // (Params::cluster_sums: a tile's splits are one cluster)
-  const dim3 cluster(1, p.cluster_sums ? static_cast<unsigned>(p.splits) : 1u, 1);
-  launch_pdl_clusters(kernel, grid, dim3(kWarps * 32), smem, cluster, p, x_rows);
+  launch_pdl(kernel, grid, dim3(kWarps * 32), smem, p, x_rows);
   launched("gemv_kernel");
 }
 
@@ -488,14 +486,8 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // Where the next kernel launches does not change what it computes: it still waits for this
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
-  // HIBANA_CUDA_CLUSTER_SPLITS=1 (off until measured: compiled only, twenty-first slice): a
-  // plain product's splits add their sums through distributed shared memory
-  // (Params::cluster_sums) instead of partials in global memory, a counter and the last CTA's
-  // loads from L2 — the same bits.
-  p.cluster_sums = !grouped && p.splits > 1 && p.splits <= kClusterSplitsMax &&
-                   cluster_launch() && knob_on("HIBANA_CUDA_CLUSTER_SPLITS", false);
   std::unique_ptr<Scratch> partial;
-  if (p.splits > 1 && !p.cluster_sums) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
+  if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
   if (elt == Elt::bf16) {
     grouped ? launch_rows<Elt::bf16, true>(p, groups, x_rows)

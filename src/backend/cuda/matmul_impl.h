@@ -15,9 +15,6 @@ struct MatPtr {
   const void* scale;  // null when unscaled
 };
 
-// The most splits a tile's cluster takes (Params::cluster_sums: the portable cluster size).
-constexpr int kClusterSplitsMax = 8;
-
 struct Params {
   int64_t N, K;
   int64_t ldw;     // weight row stride, elements
@@ -32,11 +29,6 @@ struct Params {
   int splits;
   float* partial;     // [splits][M][N] for split-parallel launches with splits > 1
   int* counters;      // per output tile: splits finished (the last one reduces, resets)
-  // Plain decode launches of 2 .. kClusterSplitsMax splits on sm_90+
-  // (HIBANA_CUDA_CLUSTER_SPLITS=1; partial and counters unused): a tile's splits are one thread
-  // block cluster, whose CTAs add their sums through distributed shared memory
-  // (gemv_finish.cuh: cluster_split_sums).
-  bool cluster_sums;
   bool vec_w, vec_x;  // 16-byte loads allowed
   // Plain launches read `single`; grouped launches read mats[group] and take their rows from
   // group_rows[group_offset[g] .. group_offset[g + 1]): out row r, x row r / x_div.

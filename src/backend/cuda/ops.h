@@ -9,9 +9,6 @@
 namespace hibana::cuda {
 
 int num_sms();
-// Whether kernels may be launched in thread block clusters: a GPU that has them, running sm_90+
-// code (not a build for older architectures whose PTX was compiled at load).
-bool cluster_launch();
 // The shared memory a CTA may ask for: the GPU's opt-in limit (227 KiB on sm_90, 99 KiB on
 // sm_86/89/120/121 such as DGX Spark's GB10), or HIBANA_CUDA_SMEM_LIMIT bytes if that is less —
 // so a GPU with more runs, and tests check, the paths of one with less (values near a real GPU's:

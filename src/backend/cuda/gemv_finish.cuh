@@ -80,8 +80,8 @@ __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here,
 // tokens 2t and 2t + 1; packed, total[0] and total[2] of token t / 2 in the even lanes; out
 // rows from out_rows. kPaired (SwiGLU): rows rA and rB are a gate row and its up row, and the
 // token's output at column rA is silu(gate) * up (each sum as the unfused product would store
-// it).
-template <bool kPaired>
+// it). Plain products only apply the conv (matmul_conv): grouped kernels carry none of its code.
+template <bool kGrouped, bool kPaired>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
                                        const int32_t (&out_row)[4], int my_split, int64_t rA,
                                        int64_t rB) {
@@ -103,7 +103,9 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
       for (int i = 0; i < 4; ++i) {
         if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = sum[i];
       }
-      if (p.conv_w != nullptr) conv_outputs(p, orow, col, sum);
+      if constexpr (!kGrouped) {
+        if (p.conv_w != nullptr) conv_outputs(p, orow, col, sum);
+      }
     }
   };
   if (p.splits == 1) return store(total);

@@ -34,7 +34,10 @@ __device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr&
 // The CTA's x_rows activation rows of its split [k_first, k_first + span) into shared memory at
 // xw, row r from x row x_row_of(r) (-1: zeros), as three planes of bf16 terms per row, pitch
 // words apart (the kernel's B fragments). S: the kernel's Gemv shape (its chunk KC); kWarps warps.
-template <typename S, int kWarps, typename RowOf>
+// kOneRow (Params::x_early: one row, x row 0) compiles one batch size of loads, not four: code
+// that a kernel carries costs it time even where it does not run (docs/benchmarks.md,
+// twenty-second slice).
+template <typename S, int kWarps, bool kOneRow, typename RowOf>
 __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw, int64_t k_first,
                                                   int span, int pitch, int x_rows,
                                                   RowOf x_row_of) {
@@ -83,15 +86,19 @@ __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw,
       }
     }
   };
-  const int per_thread = (items + kThreads - 1) / kThreads;
-  if (per_thread <= 1) {
-    split_x(std::integral_constant<int, 1>{});
-  } else if (per_thread <= 2) {
-    split_x(std::integral_constant<int, 2>{});
-  } else if (per_thread <= 4) {
+  if constexpr (kOneRow) {  // (the 80B's 2048 activations: one round of 4 loads a thread)
     split_x(std::integral_constant<int, 4>{});
   } else {
-    split_x(std::integral_constant<int, 8>{});
+    const int per_thread = (items + kThreads - 1) / kThreads;
+    if (per_thread <= 1) {
+      split_x(std::integral_constant<int, 1>{});
+    } else if (per_thread <= 2) {
+      split_x(std::integral_constant<int, 2>{});
+    } else if (per_thread <= 4) {
+      split_x(std::integral_constant<int, 4>{});
+    } else {
+      split_x(std::integral_constant<int, 8>{});
+    }
   }
 }
 

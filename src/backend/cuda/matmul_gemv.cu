@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   assert(!x_first || x_rows == 1);
   if constexpr (kXShared) {
     if (x_first) {
-      share_activations<S, kWarps>(p, xw, k_first, span, pitch, x_rows,
-                                   [](int r) -> int64_t { return r == 0 ? 0 : -1; });
+      share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,
+                                         [](int) -> int64_t { return 0; });
     }
   }
   if (!early) wait_previous();
@@ -235,7 +235,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     return kGrouped ? rows[r] / p.x_div : r;
   };
   if constexpr (kXShared) {
-    if (!x_first) share_activations<S, kWarps>(p, xw, k_first, span, pitch, x_rows, x_row_of);
+    if (!x_first) {
+      share_activations<S, kWarps, false>(p, xw, k_first, span, pitch, x_rows, x_row_of);
+    }
     __syncthreads();
   }
   // This lane's B column: token x_tok, all three terms (unpacked) or term x_term (packed).
@@ -403,7 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-  finish<kPaired>(p, total, orow, my_split, rA, rB);
+  finish<kGrouped, kPaired>(p, total, orow, my_split, rA, rB);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).

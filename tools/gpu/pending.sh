@@ -1,52 +1,15 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 14`, `19` and `15` (the regression's bisection and its
-# kernels' timelines), `18` (its code-size suspect), `16` (the cluster sums tested and timed),
-# `17` (op_chain's graph-ctr way), `4` (racecheck, Nsight Compute of the tiled matmul both
-# ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
-# timeline and profile). The calls already run are in git history (5675f6a has calls 1-13).
+# minutes each: `tools/gpu/pending.sh 17` (op_chain's graph-ctr way), `4` (racecheck, Nsight
+# Compute of the tiled matmul both ways), `6` and `8` (on an H200: the slices since the
+# seventeenth against a3628f5, the step's timeline and profile). The calls already run are in
+# git history (5675f6a has calls 1-13, 450dc27 14-19).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
-# Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 14
+# Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 17
 set -u
 B=build-gpu
 : "${OUT:?OUT must name a folder}"
-
-# The regression of the twenty-first slice: main ran the 80B at 0.953-0.972 of fc9ae65's speed
-# at batch 1 (0.965-0.972 at 8) though every switch turned on since measured a gain against
-# itself off; with the three of 2db7300 off it ran 0.960 of itself, so with fc9ae65's defaults
-# the code costs ~8% against fc9ae65's. (Main with __ldg again, branch ldg-probe, ran 0.953: not
-# that.) Here first: tools/gpu/ab_ref.sh fc9ae65; tools/gpu/ab_ref.sh fc9ae65 .abref-fc9ae65
-# (the same tree again: the noise floor); tools/gpu/ab_ref.sh 2db7300 .abref-2db7300;
-# tools/gpu/ab_ref.sh 5675f6a .abref-5675f6a (main before the removals of 4cc6a53). Carry
-# .devdeps (with libdw1 and libelf1 for 19) and the four .tar.gz: ~61.5 MB with the tree. 14:
-# every tree at its defaults; then on the warm machine 19: the timelines of fc9ae65 and this
-# tree, each kernel's critical time side by side (where the regression is); 15: every tree but
-# the reference with the switches since fc9ae65 off.
-more14=".abref-fc9ae65 .abref-2db7300 .abref-5675f6a"
-call14() {
-  AB_MORE=$more14 CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 540 \
-    tools/gpu/check.sh ab 2>&1 | tail -12
-}
-call15() {
-  AB_MORE=$more14 AB_ENV="HIBANA_CUDA_COMBINE_NORM_SPLIT=0 HIBANA_CUDA_FUSED_MATMUL_CONV=0 \
-HIBANA_CUDA_EXPERTS_X_EARLY=0 HIBANA_CUDA_SHARED_EXPERT_EARLY=0" CONFIGS=qwen3-next-80b-a3b:fp8 \
-    ROUNDS=2 BATCHES=1 timeout 300 tools/gpu/check.sh ab 2>&1 | tail -8
-}
-
-call19() {
-  LINES_SHOWN=30 timeout 500 tools/gpu/check.sh timeline-ab 2>&1 | tail -36
-}
-
-# The code-size suspect of the regression (docs/benchmarks.md, Not measured yet): the grouped
-# kernels' activations' split out of line (__noinline__: one copy instead of two inlined ones).
-call18() {
-  [ -x build-gpu/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
-  CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 FILE=src/backend/cuda/gemv_prologue.cuh \
-    EDITS="orig
-noinline s/^__device__ __forceinline__ void share_activations/__device__ __noinline__ void share_activations/" \
-    timeout 300 tools/gpu/check.sh edit-sweep 2>&1 | tail -6
-}
 
 # op_chain's graph-ctr way (twenty-first slice, compiled only): the chain's kernels ordered by
 # completion counters instead of griddepcontrol.wait, beside graph-early and the persistent
@@ -120,10 +83,6 @@ case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
-  14) call14 ;;
-  15) call15 ;;
   17) call17 ;;
-  18) call18 ;;
-  19) call19 ;;
-  *) echo "usage: $0 4|6|8|14|15|16|17|18|19" >&2; exit 2 ;;
+  *) echo "usage: $0 4|6|8|17" >&2; exit 2 ;;
 esac

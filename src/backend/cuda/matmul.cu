@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 
 #include "backend/cuda/matmul_impl.h"
@@ -431,23 +430,17 @@ void matmul_swiglu(const Tensor& x, const Weight& w, Tensor out) {
   mm::run(p, elt, false, m, 1);  // (the split is the unfused product's: N = 2I)
 }
 
-// The decode kernel's products of up to 8 rows, a weight it takes, whole norm groups of 64 or 128
-// in every split, and one split's activations in shared memory.
 namespace {
-// The Params of a product the decode kernel takes with a fused step (1 to 8 rows of a width the
-// weight has, contiguous rows, a weight the tensor-core kernels take; split_len set), or none.
-std::optional<mm::Params> fused_decode_params(const Tensor& x, const Weight& w) {
+// Whether the decode kernel takes this product with a fused step: 1 to 8 contiguous rows of a
+// width the weight has, and a weight the tensor-core kernels take.
+bool fused_decode_fits(const Tensor& x, const Weight& w) {
   const int64_t rows = x.shape[0];
   // (A wrong width is the plain matmul's to report.)
-  if (rows < 1 || rows > 8 || w.cols() != x.shape[1]) return std::nullopt;
-  if (x.stride[1] != 1 || w.w.stride[1] != 1) return std::nullopt;
+  if (rows < 1 || rows > 8 || w.cols() != x.shape[1]) return false;
+  if (x.stride[1] != 1 || w.w.stride[1] != 1) return false;
   mm::Params p{};
   mm::describe_weight(w, p);
-  mm::describe_x(x, p);
-  p.M = rows;
-  p.split_len = mm::split_length(p.N, p.K, false);
-  if (!mm::mma_supports(p, elt_of(w.w.dtype))) return std::nullopt;
-  return p;
+  return mm::mma_supports(p, elt_of(w.w.dtype));
 }
 }  // namespace
 
@@ -459,7 +452,7 @@ bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,
   // As many sequences as tokens: one each (a sequence has at least one), so row m is sequence m.
   return layout.num_tokens == rows && layout.num_seqs == rows && conv_w.shape[1] >= 1 &&
          conv_w.shape[1] <= mm::kFusedConvTaps && conv_w.shape[0] <= w.rows() &&
-         fused_decode_params(x, w).has_value();
+         fused_decode_fits(x, w);
 }
 
 void matmul_conv(const Tensor& x, const Weight& w, const Tensor& conv_w, Tensor conv_states,

@@ -130,8 +130,9 @@ constexpr int kXSharedMax = 26 << 10;
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
 template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E, kPacked>,
-          bool kPaired = false>
+          Fused kFused = Fused::none>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
+  constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kStageK = S::kStageK;
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-  finish<kGrouped, kPaired>(p, total, orow, my_split, rA, rB);
+  finish<kGrouped, kFused>(p, total, orow, my_split, rA, rB);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -421,10 +422,10 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, bool kPaired>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, Fused kFused>
 void configure() {
   static const bool done = [] {
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kPaired>,
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kFused>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
@@ -432,7 +433,7 @@ void configure() {
   (void)done;
 }
 
-template <Elt E, bool kGrouped, bool kPacked, bool kPaired>
+template <Elt E, bool kGrouped, bool kPacked, Fused kFused>
 void launch(const Params& p, int groups, int x_rows) {
   constexpr int kBig = kRingPerWarp<E, kPacked>, kSmall = kSmallRingPerWarp<E, kPacked>;
   using S = Gemv<E, kBig>;
@@ -455,12 +456,12 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  configure<E, kGrouped, true, kPacked, kBig, kPaired>();
-  configure<E, kGrouped, false, kPacked, kBig, kPaired>();
-  configure<E, kGrouped, true, kPacked, kSmall, kPaired>();
-  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kPaired>
-                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kPaired>
-                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kPaired>;
+  configure<E, kGrouped, true, kPacked, kBig, kFused>();
+  configure<E, kGrouped, false, kPacked, kBig, kFused>();
+  configure<E, kGrouped, true, kPacked, kSmall, kFused>();
+  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kFused>
+                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kFused>
+                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kFused>;
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
@@ -468,16 +469,20 @@ void launch(const Params& p, int groups, int x_rows) {
   launched("gemv_kernel");
 }
 
-// Up to 2 rows per group take the packed variant; p.pair the SwiGLU one.
+// Up to 2 rows per group take the packed variant; p.pair the SwiGLU one, p.conv_w the conv.
+template <Elt E, bool kGrouped, Fused kFused>
+void launch_packed_or_not(const Params& p, int groups, int x_rows) {
+  x_rows <= 2 ? launch<E, kGrouped, true, kFused>(p, groups, x_rows)
+              : launch<E, kGrouped, false, kFused>(p, groups, x_rows);
+}
 template <Elt E, bool kGrouped>
 void launch_rows(const Params& p, int groups, int x_rows) {
-  const bool packed = x_rows <= 2;
-  if (p.pair > 0) {
-    return packed ? launch<E, kGrouped, true, true>(p, groups, x_rows)
-                  : launch<E, kGrouped, false, true>(p, groups, x_rows);
+  if (p.pair > 0) return launch_packed_or_not<E, kGrouped, Fused::swiglu>(p, groups, x_rows);
+  if constexpr (!kGrouped) {
+    if (p.conv_w != nullptr) return launch_packed_or_not<E, false, Fused::conv>(p, groups, x_rows);
   }
-  packed ? launch<E, kGrouped, true, false>(p, groups, x_rows)
-         : launch<E, kGrouped, false, false>(p, groups, x_rows);
+  assert(p.conv_w == nullptr);
+  launch_packed_or_not<E, kGrouped, Fused::none>(p, groups, x_rows);
 }
 
 }  // namespace

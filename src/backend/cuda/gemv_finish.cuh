@@ -88,7 +88,8 @@ __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here,
 // rows from out_rows. Fused::swiglu: rows rA and rB are a gate row and its up row, and the
 // token's output at column rA is silu(gate) * up (each sum as the unfused product would store
 // it). Fused::conv (plain products only: matmul_conv) applies the conv to the stored outputs.
-template <bool kGrouped, Fused kFused>
+// kOneSplit: p.splits is 1 (the split-K reduction's code is left out).
+template <bool kGrouped, Fused kFused, bool kOneSplit>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
                                        const int32_t (&out_row)[4], int my_split, int64_t rA,
                                        int64_t rB) {
@@ -117,7 +118,7 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
   // One store for both ways: its code (the conv's too) inlined once, not twice (-5.6 KB in the
   // 80B's plain fp8 kernel).
   float v[4];
-  if (p.splits == 1) {
+  if (kOneSplit || p.splits == 1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = total[i];
   } else {

@@ -130,7 +130,7 @@ constexpr int kXSharedMax = 26 << 10;
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
 template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E, kPacked>,
-          Fused kFused = Fused::none>
+          Fused kFused = Fused::none, bool kOneSplit = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-  finish<kGrouped, kFused>(p, total, orow, my_split, rA, rB);
+  finish<kGrouped, kFused, kOneSplit>(p, total, orow, my_split, rA, rB);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -422,10 +422,11 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, Fused kFused>
+template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, Fused kFused,
+          bool kOneSplit>
 void configure() {
   static const bool done = [] {
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kFused>,
+    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kFused, kOneSplit>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
@@ -433,8 +434,9 @@ void configure() {
   (void)done;
 }
 
-template <Elt E, bool kGrouped, bool kPacked, Fused kFused>
+template <Elt E, bool kGrouped, bool kPacked, Fused kFused, bool kOneSplit>
 void launch(const Params& p, int groups, int x_rows) {
+  assert(!kOneSplit || p.splits == 1);
   constexpr int kBig = kRingPerWarp<E, kPacked>, kSmall = kSmallRingPerWarp<E, kPacked>;
   using S = Gemv<E, kBig>;
   const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
@@ -456,12 +458,12 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  configure<E, kGrouped, true, kPacked, kBig, kFused>();
-  configure<E, kGrouped, false, kPacked, kBig, kFused>();
-  configure<E, kGrouped, true, kPacked, kSmall, kFused>();
-  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kFused>
-                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kFused>
-                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kFused>;
+  configure<E, kGrouped, true, kPacked, kBig, kFused, kOneSplit>();
+  configure<E, kGrouped, false, kPacked, kBig, kFused, kOneSplit>();
+  configure<E, kGrouped, true, kPacked, kSmall, kFused, kOneSplit>();
+  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kFused, kOneSplit>
+                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kFused, kOneSplit>
+                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kFused, kOneSplit>;
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
@@ -470,10 +472,20 @@ void launch(const Params& p, int groups, int x_rows) {
 }
 
 // Up to 2 rows per group take the packed variant; p.pair the SwiGLU one, p.conv_w the conv.
+// Grouped products in one split (the 80B's experts at every batch) take kernels without the
+// split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it (the
+// 80B's in-, out- and q/k/v projections run 2-8 splits at batch 1).
 template <Elt E, bool kGrouped, Fused kFused>
 void launch_packed_or_not(const Params& p, int groups, int x_rows) {
-  x_rows <= 2 ? launch<E, kGrouped, true, kFused>(p, groups, x_rows)
-              : launch<E, kGrouped, false, kFused>(p, groups, x_rows);
+  const bool packed = x_rows <= 2;
+  if constexpr (kGrouped) {
+    if (p.splits == 1) {
+      return packed ? launch<E, true, true, kFused, true>(p, groups, x_rows)
+                    : launch<E, true, false, kFused, true>(p, groups, x_rows);
+    }
+  }
+  packed ? launch<E, kGrouped, true, kFused, false>(p, groups, x_rows)
+         : launch<E, kGrouped, false, kFused, false>(p, groups, x_rows);
 }
 template <Elt E, bool kGrouped>
 void launch_rows(const Params& p, int groups, int x_rows) {

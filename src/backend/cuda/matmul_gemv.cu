@@ -124,14 +124,19 @@ constexpr int kXSharedMax = 26 << 10;
 // once, before the loop (each warp would otherwise split the same activations again); used
 // where that fits in kXSharedMax. Both ways give the same B fragments.
 //
+// kRows: the most activation rows a group has, 1, 2 or 8 — each a kernel of its own, so that a
+// batch-1 kernel carries one row's activation split (one batch size of loads: x_early's, after
+// the wait too) instead of four (the 80B's fp8 grouped kernels were ~60% that code).
 // kPacked (up to 2 rows): the mma's 8 columns are (token, term) pairs instead of tokens —
 // column 4r + s is term s of token r (s = 3 a zero column) — so one mma per k16 does the work
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing = kRingPerWarp<E, kPacked>,
+template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
           Fused kFused = Fused::none, bool kOneSplit = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
+  static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
+  constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
@@ -148,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
   // their weight copies before waiting. A known slice (Params::slice_known) reads nothing the
   // routing writes and x is old: it waits only before its stores.
-  const bool known = kGrouped && kXShared && p.slice_known && p.x_early &&
+  const bool known = kGrouped && kXShared && kRows == 1 && p.slice_known && p.x_early &&
                      static_cast<int>(blockIdx.z) == p.known_slice;
   const bool early = !kGrouped || p.routing_ready || known;
   // The wait for the previous kernel, and then, by default, the next kernel's release.
@@ -171,7 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
   // Params::x_early: a grouped launch of one token's pairs splits that token's activations
   // before its wait and before it reads the routing (x row 0 whatever its group).
-  const bool x_first = kGrouped && kXShared && p.x_early;
+  const bool x_first = kGrouped && kXShared && kRows == 1 && p.x_early;
   assert(!x_first || x_rows == 1);
   if constexpr (kXShared) {
     if (x_first) {
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   if constexpr (kXShared) {
     if (!x_first) {
-      share_activations<S, kWarps, false>(p, xw, k_first, span, pitch, x_rows, x_row_of);
+      share_activations<S, kWarps, kRows == 1>(p, xw, k_first, span, pitch, x_rows, x_row_of);
     }
     __syncthreads();
   }
@@ -247,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const int64_t xrow = kXShared || !column_used ? -1 : x_row_of(x_tok);
   // (x_rows bounds the rows of every group: run_gemv's max_rows contract.)
   assert(!kXShared || rows_here <= x_rows);
-  assert(!kPacked || rows_here <= 2);
+  assert(rows_here <= kRows && x_rows <= kRows);
   const bool has_x = column_used && x_tok < x_rows;
   const uint4* xs_lane =
       reinterpret_cast<const uint4*>(xw + (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
@@ -422,21 +427,23 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, bool kPacked, int kRing, Fused kFused,
+template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused,
           bool kOneSplit>
 void configure() {
   static const bool done = [] {
-    HIBANA_CUDA(cudaFuncSetAttribute(gemv_kernel<E, kGrouped, kXShared, kPacked, kRing, kFused, kOneSplit>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     kWarps * kRing + (kXShared ? kXSharedMax : 0)));
+    HIBANA_CUDA(cudaFuncSetAttribute(
+        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
   }();
   (void)done;
 }
 
-template <Elt E, bool kGrouped, bool kPacked, Fused kFused, bool kOneSplit>
+template <Elt E, bool kGrouped, int kRows, Fused kFused, bool kOneSplit>
 void launch(const Params& p, int groups, int x_rows) {
   assert(!kOneSplit || p.splits == 1);
+  constexpr bool kPacked = kRows <= 2;
   constexpr int kBig = kRingPerWarp<E, kPacked>, kSmall = kSmallRingPerWarp<E, kPacked>;
   using S = Gemv<E, kBig>;
   const size_t x_bytes = static_cast<size_t>(x_rows) * 3 * S::plane_pitch_bytes(p.split_len);
@@ -458,12 +465,12 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  configure<E, kGrouped, true, kPacked, kBig, kFused, kOneSplit>();
-  configure<E, kGrouped, false, kPacked, kBig, kFused, kOneSplit>();
-  configure<E, kGrouped, true, kPacked, kSmall, kFused, kOneSplit>();
-  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kPacked, kSmall, kFused, kOneSplit>
-                : shared_x ? gemv_kernel<E, kGrouped, true, kPacked, kBig, kFused, kOneSplit>
-                           : gemv_kernel<E, kGrouped, false, kPacked, kBig, kFused, kOneSplit>;
+  configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit>();
+  configure<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>();
+  configure<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit>();
+  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit>
+                : shared_x ? gemv_kernel<E, kGrouped, true, kRows, kBig, kFused, kOneSplit>
+                           : gemv_kernel<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>;
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
@@ -471,30 +478,31 @@ void launch(const Params& p, int groups, int x_rows) {
   launched("gemv_kernel");
 }
 
-// Up to 2 rows per group take the packed variant; p.pair the SwiGLU one, p.conv_w the conv.
-// Grouped products in one split (the 80B's experts at every batch) take kernels without the
-// split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it (the
-// 80B's in-, out- and q/k/v projections run 2-8 splits at batch 1).
+// A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the
+// conv. Grouped products in one split (the 80B's experts at every batch) take kernels without
+// the split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it
+// (the 80B's in-, out- and q/k/v projections run 2-8 splits at batch 1).
+template <Elt E, bool kGrouped, Fused kFused, bool kOneSplit>
+void launch_by_rows(const Params& p, int groups, int x_rows) {
+  x_rows <= 1   ? launch<E, kGrouped, 1, kFused, kOneSplit>(p, groups, x_rows)
+  : x_rows <= 2 ? launch<E, kGrouped, 2, kFused, kOneSplit>(p, groups, x_rows)
+                : launch<E, kGrouped, 8, kFused, kOneSplit>(p, groups, x_rows);
+}
 template <Elt E, bool kGrouped, Fused kFused>
-void launch_packed_or_not(const Params& p, int groups, int x_rows) {
-  const bool packed = x_rows <= 2;
+void launch_fused(const Params& p, int groups, int x_rows) {
   if constexpr (kGrouped) {
-    if (p.splits == 1) {
-      return packed ? launch<E, true, true, kFused, true>(p, groups, x_rows)
-                    : launch<E, true, false, kFused, true>(p, groups, x_rows);
-    }
+    if (p.splits == 1) return launch_by_rows<E, true, kFused, true>(p, groups, x_rows);
   }
-  packed ? launch<E, kGrouped, true, kFused, false>(p, groups, x_rows)
-         : launch<E, kGrouped, false, kFused, false>(p, groups, x_rows);
+  launch_by_rows<E, kGrouped, kFused, false>(p, groups, x_rows);
 }
 template <Elt E, bool kGrouped>
 void launch_rows(const Params& p, int groups, int x_rows) {
-  if (p.pair > 0) return launch_packed_or_not<E, kGrouped, Fused::swiglu>(p, groups, x_rows);
+  if (p.pair > 0) return launch_fused<E, kGrouped, Fused::swiglu>(p, groups, x_rows);
   if constexpr (!kGrouped) {
-    if (p.conv_w != nullptr) return launch_packed_or_not<E, false, Fused::conv>(p, groups, x_rows);
+    if (p.conv_w != nullptr) return launch_fused<E, false, Fused::conv>(p, groups, x_rows);
   }
   assert(p.conv_w == nullptr);
-  launch_packed_or_not<E, kGrouped, Fused::none>(p, groups, x_rows);
+  launch_fused<E, kGrouped, Fused::none>(p, groups, x_rows);
 }
 
 }  // namespace

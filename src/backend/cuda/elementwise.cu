@@ -55,12 +55,12 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int6
 
 // One 256-thread CTA per group, for wide groups (whole hidden rows): wide_norm_group
 // (norm_impl.cuh). kAdd: x += add first (the residual add before a norm, one kernel for both).
-template <bool kGated, bool kAdd = false>
+template <bool kGated, bool kAdd, int kC>
 __global__ void __launch_bounds__(kWideThreads)
     rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
                         float eps, bool zero_centred, int64_t D, int64_t G, float* out, int64_t ldo,
                         const float* add = nullptr, int64_t lda = 0) {
-  float wv[kWideCached];
+  float wv[kC];
   wide_norm_weights(w, G, wv);  // constants: before the wait
   pdl_start();
   const int64_t groups_per_row = D / G;
@@ -185,9 +185,12 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
   const float* zp = z ? z->ptr<float>() : nullptr;
   const int64_t ldz = z ? ld(*z) : 0;
   if (G >= 1024) {
-    launch_pdl(rmsnorm_wide_kernel<kGated>, static_cast<unsigned>(groups), kWideThreads, 0,
-               x.ptr<float>(), ld(x), zp, ldz, w.ptr<float>(), eps, zero_centred, D, G,
-               out.ptr<float>(), ld(out), nullptr, int64_t{0});
+    with_wide_cached(G, [&](auto c) {
+      launch_pdl(rmsnorm_wide_kernel<kGated, false, decltype(c)::value>,
+                 static_cast<unsigned>(groups), kWideThreads, 0, x.ptr<float>(), ld(x), zp, ldz,
+                 w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out), nullptr,
+                 int64_t{0});
+    });
   } else {
     launch_pdl(rmsnorm_kernel<kGated>, blocks_for(groups * 32, 256), 256, 0, x.ptr<float>(), ld(x),
                zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out));
@@ -218,9 +221,11 @@ void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zer
   check_same_rows(x, y, "add_rmsnorm");
   check_same_rows(x, out, "add_rmsnorm");
   if (R == 0) return;
-  launch_pdl(rmsnorm_wide_kernel<false, true>, static_cast<unsigned>(R), kWideThreads, 0,
-             x.ptr<float>(), ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps, zero_centred, G, G,
-             out.ptr<float>(), ld(out), y.ptr<float>(), ld(y));
+  with_wide_cached(G, [&](auto c) {
+    launch_pdl(rmsnorm_wide_kernel<false, true, decltype(c)::value>, static_cast<unsigned>(R),
+               kWideThreads, 0, x.ptr<float>(), ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps,
+               zero_centred, G, G, out.ptr<float>(), ld(out), y.ptr<float>(), ld(y));
+  });
   launched("add_rmsnorm");
 }
 

@@ -119,11 +119,12 @@ struct ResidualArgs {
 // token's last CTA to finish (last_to_finish: the others' stores are visible to it) then
 // normalises the row from L2 with wide_norm_group, as add_rmsnorm's wide kernel does after its
 // add. The bits of the three ops, one launch fewer than them. counters: [T], zero.
+template <int kC>
 __global__ void __launch_bounds__(kWideThreads)
     combine_add_norm_split_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r, int* counters) {
   const int64_t H = p.H, t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideThreads + threadIdx.x;
-  float wv[kWideCached];
+  float wv[kC];
   wide_norm_weights(r.w, H, wv);  // constants: before the wait (the last CTA's use)
   pdl_start();
   float* xr = r.x + t * r.ldx;
@@ -239,8 +240,11 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                          ld(then->normed)};
     const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
                     static_cast<unsigned>(T));
-    launch_pdl(combine_add_norm_split_kernel, grid, kWideThreads, 0, pairs_out, out.ptr<float>(),
-               ld(out), r, mm::finish_counters(static_cast<size_t>(T)));
+    int* counters = mm::finish_counters(static_cast<size_t>(T));
+    with_wide_cached(H, [&](auto c) {
+      launch_pdl(combine_add_norm_split_kernel<decltype(c)::value>, grid, kWideThreads, 0,
+                 pairs_out, out.ptr<float>(), ld(out), r, counters);
+    });
     launched("combine_add_norm_split_kernel");
     return;
   }

@@ -16,7 +16,7 @@ NOBREAK='s/if \(ck >= span\) break;//;'
 SIMPLE='s/\(in \? k_issue \+ u \* KC : 0\)/(k_issue + u * KC)/; s/in && okA\)/true)/; s/in && okB\)/true)/;'
 NOZFILL='s/"cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;\\n" ::"r"\(smem\), "l"\(gmem\),\n\s*"r"\(valid \? 16 : 0\)\);/"cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\\n" ::"r"(smem), "l"(gmem));/;'
 LB='s/__launch_bounds__\(kWarps \* 32, 4\)/__launch_bounds__(kWarps * 32)/;'
-NOFINISH='s/  finish<kPaired>\(/  if (total[0] == 12345.0f) finish<kPaired>(/;'
+NOFINISH='s/  finish<([^>]*)>\(/  if (total[0] == 12345.0f) finish<$1>(/;'
 # fp8 weights: the A fragment as f16 (one conversion per pair instead of four: e4m3 -> f16x2,
 # not then -> f32 -> bf16) into an f16 mma — what an f16 activation split would cost; or no
 # conversion at all (the raw bytes into the mma), the conversion's whole share.

@@ -34,9 +34,9 @@ __device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr&
 // The CTA's x_rows activation rows of its split [k_first, k_first + span) into shared memory at
 // xw, row r from x row x_row_of(r) (-1: zeros), as three planes of bf16 terms per row, pitch
 // words apart (the kernel's B fragments). S: the kernel's Gemv shape (its chunk KC); kWarps warps.
-// kOneRow (Params::x_early: one row, x row 0) compiles one batch size of loads, not four: code
-// that a kernel carries costs it time even where it does not run (docs/benchmarks.md,
-// twenty-second slice).
+// kOneRow (the kernels for one row: x_early's split, and theirs after the wait) compiles one
+// batch size of loads, not four: code that a kernel carries costs it time even where it does
+// not run (docs/benchmarks.md, twenty-second slice).
 template <typename S, int kWarps, bool kOneRow, typename RowOf>
 __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw, int64_t k_first,
                                                   int span, int pitch, int x_rows,
@@ -44,8 +44,8 @@ __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw,
   constexpr int KC = S::KC, kGroupsPerChunk = KC / 4, kThreads = kWarps * 32;
   // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
   // it splits them: the activations come from L2, one round trip per batch. kBatch is what
-  // a thread has (1 or 2 at batch 1 for most products; 4 for kOneRow): unused slots cost their
-  // address work too. An item's row is i / groups in floats, exact: (i + 0.5) / groups is at
+  // a thread has for 2-8 rows (1, 2, 4 or 8); 4 for kOneRow, in as many rounds as it takes
+  // (unused slots cost their address work too). An item's row is i / groups in floats, exact: (i + 0.5) / groups is at
   // least 0.5 / groups from an integer (items <= 1109 here, 24 bytes each in kXSharedMax), the
   // float error at most 8 * 2^-23.
   const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed

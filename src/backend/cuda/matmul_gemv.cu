@@ -178,6 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // before its wait and before it reads the routing (x row 0 whatever its group).
   const bool x_first = kGrouped && kXShared && kRows == 1 && p.x_early;
   assert(!x_first || x_rows == 1);
+  assert(!(kGrouped && kXShared && p.x_early) || kRows == 1);  // (ignored otherwise)
   if constexpr (kXShared) {
     if (x_first) {
       share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,

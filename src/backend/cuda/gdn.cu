@@ -170,13 +170,14 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kCols + col;
   const float ea = expf(p.A_log[h]), dt_bias = p.dt_bias[h];  // constants: before the wait
   __shared__ float qsh[128], ksh[128], red[kQuarters][kCols], gate[2];
-  const bool active = c < (kD > 0 ? kD : p.dv);
+  const int64_t dv = kD > 0 ? kD : p.dv;
+  const bool active = c < dv;
   pdl_start();
   const int32_t slot = p.slots[s];
   int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
   if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
     if (quarter == 0 && active) {
-      for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * p.dv + c] = 0.0f;
+      for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * dv + c] = 0.0f;
     }
     return;
   }
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
     }
     if (t_first >= t_end) return;  // (the same for the whole CTA: the state stays as it is)
   }
-  const int64_t dk = kD > 0 ? kD : p.dk, dv = kD > 0 ? kD : p.dv, g = h / (p.nv / p.nk);
+  const int64_t dk = kD > 0 ? kD : p.dk, g = h / (p.nv / p.nk);
   const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
   const int64_t r0 = quarter * rows_per;
 

@@ -100,23 +100,9 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     orow[i] = out_row[i];
     col[i] = i < 2 ? rA : rB;
   }
-  // The outputs from the four sums: one per token of the pair of rows (paired), else each.
-  auto store = [&](const float(&sum)[4]) {
-    if constexpr (kFused == Fused::swiglu) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = silu_mul_f(sum[i], sum[i + 2]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = sum[i];
-      }
-      if constexpr (kFused == Fused::conv) conv_outputs(p, orow, col, sum);
-    }
-  };
-  // One store for both ways: its code (the conv's too) inlined once, not twice (-5.6 KB in the
-  // 80B's plain fp8 kernel).
+  // The four sums: the lane's own (one split), or the tile's splits added in split order by its
+  // last CTA to finish. Then one store for both ways: its code (the conv's too) inlined once,
+  // not twice (-5.6 KB in the 80B's plain fp8 kernel).
   float v[4];
   if (kOneSplit || p.splits == 1) {
 #pragma unroll
@@ -138,7 +124,19 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     for (int i = 0; i < 4; ++i) elem[i] = max(orow[i], int64_t{0}) * p.N + min(col[i], p.N - 1);
     split_sums(p.partial, elem, p.M * p.N, p.splits, v);
   }
-  store(v);
+  // The outputs: one per token of the pair of rows (SwiGLU), else one per sum.
+  if constexpr (kFused == Fused::swiglu) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = silu_mul_f(v[i], v[i + 2]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (orow[i] >= 0) p.out[orow[i] * p.ldo + col[i]] = v[i];
+    }
+    if constexpr (kFused == Fused::conv) conv_outputs(p, orow, col, v);
+  }
 }
 
 }  // namespace hibana::cuda::mm

@@ -45,9 +45,9 @@ __device__ __forceinline__ void share_activations(const Params& p, uint32_t* xw,
   // Each thread takes 4-k groups (row-major over the x rows), kBatch loads in flight before
   // it splits them: the activations come from L2, one round trip per batch. kBatch is what
   // a thread has for 2-8 rows (1, 2, 4 or 8); 4 for kOneRow, in as many rounds as it takes
-  // (unused slots cost their address work too). An item's row is i / groups in floats, exact: (i + 0.5) / groups is at
-  // least 0.5 / groups from an integer (items <= 1109 here, 24 bytes each in kXSharedMax), the
-  // float error at most 8 * 2^-23.
+  // (unused slots cost their address work too). An item's row is i / groups in floats, exact:
+  // (i + 0.5) / groups is at least 0.5 / groups from an integer (items <= 1109 here, 24 bytes
+  // each in kXSharedMax), the float error at most 8 * 2^-23.
   const int groups = (span + KC - 1) / KC * kGroupsPerChunk;  // 4-k groups, tail zeroed
   const int items = x_rows * groups;
   const float inv_groups = 1.0f / static_cast<float>(groups);

@@ -149,12 +149,15 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
 
+  // Params::x_early: a grouped launch of one token's pairs splits that token's activations
+  // before its wait and before it reads the routing (x row 0 whatever its group).
+  const bool x_first = kGrouped && kXShared && kRows == 1 && p.x_early;
+  assert(!(kGrouped && kXShared && p.x_early) || kRows == 1);  // (ignored otherwise)
   // Grouped launches learn their matrix from the routing, so they wait first where the previous
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
   // their weight copies before waiting. A known slice (Params::slice_known) reads nothing the
   // routing writes and x is old: it waits only before its stores.
-  const bool known = kGrouped && kXShared && kRows == 1 && p.slice_known && p.x_early &&
-                     static_cast<int>(blockIdx.z) == p.known_slice;
+  const bool known = x_first && p.slice_known && static_cast<int>(blockIdx.z) == p.known_slice;
   const bool early = !kGrouped || p.routing_ready || known;
   // The wait for the previous kernel, and then, by default, the next kernel's release.
   auto wait_previous = [&] {
@@ -174,11 +177,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // kXShared: the CTA's activations of its split, in shared memory past the rings
   // (share_activations, gemv_prologue.cuh).
   uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
-  // Params::x_early: a grouped launch of one token's pairs splits that token's activations
-  // before its wait and before it reads the routing (x row 0 whatever its group).
-  const bool x_first = kGrouped && kXShared && kRows == 1 && p.x_early;
-  assert(!x_first || x_rows == 1);
-  assert(!(kGrouped && kXShared && p.x_early) || kRows == 1);  // (ignored otherwise)
   if constexpr (kXShared) {
     if (x_first) {
       share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,

@@ -132,10 +132,16 @@ constexpr int kXSharedMax = 26 << 10;
 // of three, and a lane loads one term of one token instead of three. A column's sums do not
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
+//
+// kXEarly (grouped, shared x, one row, one split): Params::x_early's kernel, which splits the
+// activations before its wait and may run a known slice; the others split them after it only.
+// Each carries one copy of the split (the down projection and the gate/up ran ~6 KB of the
+// other's).
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
-          Fused kFused = Fused::none, bool kOneSplit = false>
+          Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
+  static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
   constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
@@ -149,15 +155,15 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
 
-  // Params::x_early: a grouped launch of one token's pairs splits that token's activations
-  // before its wait and before it reads the routing (x row 0 whatever its group).
-  const bool x_first = kGrouped && kXShared && kRows == 1 && p.x_early;
+  // Params::x_early (kXEarly): a grouped launch of one token's pairs splits that token's
+  // activations before its wait and before it reads the routing (x row 0 whatever its group).
+  assert(!kXEarly || p.x_early);
   assert(!(kGrouped && kXShared && p.x_early) || kRows == 1);  // (ignored otherwise)
   // Grouped launches learn their matrix from the routing, so they wait first where the previous
   // kernel wrote it; plain ones, and grouped ones whose routing is older (routing_ready), start
   // their weight copies before waiting. A known slice (Params::slice_known) reads nothing the
   // routing writes and x is old: it waits only before its stores.
-  const bool known = x_first && p.slice_known && static_cast<int>(blockIdx.z) == p.known_slice;
+  const bool known = kXEarly && p.slice_known && static_cast<int>(blockIdx.z) == p.known_slice;
   const bool early = !kGrouped || p.routing_ready || known;
   // The wait for the previous kernel, and then, by default, the next kernel's release.
   auto wait_previous = [&] {
@@ -177,11 +183,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // kXShared: the CTA's activations of its split, in shared memory past the rings
   // (share_activations, gemv_prologue.cuh).
   uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
-  if constexpr (kXShared) {
-    if (x_first) {
-      share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,
-                                         [](int) -> int64_t { return 0; });
-    }
+  if constexpr (kXEarly) {
+    share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,
+                                       [](int) -> int64_t { return 0; });
   }
   if (!early) wait_previous();
   MatPtr mat = p.single;
@@ -240,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     return kGrouped ? rows[r] / p.x_div : r;
   };
   if constexpr (kXShared) {
-    if (!x_first) {
+    if constexpr (!kXEarly) {
       share_activations<S, kWarps, kRows == 1>(p, xw, k_first, span, pitch, x_rows, x_row_of);
     }
     __syncthreads();
@@ -427,11 +431,11 @@ int ctas_per_sm(size_t smem) {
 
 // Sets the dynamic shared memory limit of a kernel variant once.
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused,
-          bool kOneSplit>
+          bool kOneSplit, bool kXEarly = false>
 void configure() {
   static const bool done = [] {
     HIBANA_CUDA(cudaFuncSetAttribute(
-        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit>,
+        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly>,
         cudaFuncAttributeMaxDynamicSharedMemorySize,
         kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
@@ -464,12 +468,22 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit>();
+  // The shared-x kernels, with (kXEarly) or without the split before the wait; x_early in
+  // more splits (a knob's) splits after it, the same bits.
+  constexpr bool kCanEarly = kGrouped && kRows == 1 && kOneSplit;
+  auto shared_kernel = [&](auto early) {
+    constexpr bool kE = decltype(early)::value;
+    configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE>();
+    configure<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE>();
+    return small ? gemv_kernel<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE>
+                 : gemv_kernel<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE>;
+  };
   configure<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>();
-  configure<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit>();
-  auto kernel = small      ? gemv_kernel<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit>
-                : shared_x ? gemv_kernel<E, kGrouped, true, kRows, kBig, kFused, kOneSplit>
-                           : gemv_kernel<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>;
+  auto kernel = gemv_kernel<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>;
+  if (shared_x) {
+    kernel = kCanEarly && p.x_early ? shared_kernel(std::bool_constant<kCanEarly>{})
+                                    : shared_kernel(std::false_type{});
+  }
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));

@@ -188,7 +188,8 @@ struct RouteCase {
 // and the shared expert are the most that do, top-32 and the shared expert one more.
 // A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths. One token
 // also with the shared expert's gate/up slice run before the routing is known and after it
-// (HIBANA_CUDA_SHARED_EXPERT_EARLY, on by default).
+// (HIBANA_CUDA_SHARED_EXPERT_EARLY, on by default), each with the routing in the experts'
+// kernels and as a launch (HIBANA_CUDA_ROUTE_IN_EXPERTS).
 TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -235,22 +236,29 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       // same bits. Each on new activations, before their reference: the experts' scratch then
       // holds another token's values, so a slice that stored nothing, or in another pair's
       // row, would show.
+      // And with the routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS, on by
+      // default where the pairs fit a warp: 512 experts at most) and as a launch of its own.
       uint32_t seed = 60;
-      for (const char* early_on : {"0", "1"}) {
+      for (const char* knobs : {"00", "10", "01", "11"}) {
         if (T != 1) break;
-        SCOPED_TRACE(testing::Message() << "shared expert early: " << early_on);
+        const std::string early_on(1, knobs[0]), in_kernel(1, knobs[1]);
+        SCOPED_TRACE(testing::Message() << "shared expert early: " << early_on
+                                        << ", routing in the experts' kernels: " << in_kernel);
         const std::vector<float> x1 = randn(H, seed++);
         const Tensor x1d = upload(x1.data(), DType::f32, {1, H});
         const Out again = outputs(), ref = outputs();
         {
           ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-          ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on);
+          ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on.c_str());
+          ScopedEnv route("HIBANA_CUDA_ROUTE_IN_EXPERTS", in_kernel.c_str());
           timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights,
                                    again.out, nullptr);
         }
         timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
         timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
-        expect_same_bytes({{"ids", ref.ids, again.ids}, {"out", ref.out, again.out}});
+        expect_same_bytes({{"ids", ref.ids, again.ids},
+                           {"weights", ref.weights, again.weights},
+                           {"out", ref.out, again.out}});
       }
       const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {

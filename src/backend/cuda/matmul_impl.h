@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/route_impl.cuh"
 
 namespace hibana::cuda::mm {
 
@@ -71,6 +72,14 @@ struct Params {
   bool slice_known;
   int known_slice, known_row;
   MatPtr known_mat;
+  // Grouped decode launches of one token in one split (route.logits non-null; moe.cu decides):
+  // no grouping is read; each CTA routes the token itself from the router's logits
+  // (routed_slice, the same picks and order as route_one_kernel's grouping) and serves its
+  // slice's pair, so the routing is no launch of its own. A launch that also has routing_ready
+  // routes before its wait (the logits are two launches old, as routing_ready's grouping
+  // was). route_store: this launch's CTA (0, 0, 0) stores the ids and weights (the combine's).
+  RouteArgs route;
+  bool route_store;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;
@@ -227,6 +236,9 @@ void describe_x(const Tensor& x, Params& p);
 // kernel family from the weight alone (never from the batch), so a row's bits do not depend on
 // the batch it is in.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
+// Whether a grouped product of this weight for one token runs in the decode kernel in one
+// split: where that kernel can route the token itself (Params::route).
+bool routes_one_token(const Params& p, Elt elt);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);

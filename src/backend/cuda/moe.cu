@@ -160,10 +160,12 @@ namespace {
 
 // moe_experts on pairs already grouped by expert, with the fusions f (f.route is the caller's);
 // with `then`, its add_rmsnorm in the combine's kernel (which must be add_rmsnorm's wide
-// kernel).
+// kernel). With `route` (one token), the pairs are not grouped yet: each grouped launch routes
+// the token in its kernel (mm::Params::route), the first storing ids and weights.
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, const MoeFusions& f) {
+                     const Backend::ResidualNorm* then, const MoeFusions& f,
+                     const RouteArgs* route = nullptr) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -180,6 +182,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
   // streamed before its wait where f.prefetch_down).
+  bool route_stored = false;
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
                      int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
@@ -209,6 +212,11 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     }
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
+    if (route) {
+      p.route = *route;
+      p.route_store = !route_stored;
+      route_stored = true;
+    }
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt, true, T, slices);
     return true;
@@ -253,6 +261,21 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   launched("moe_combine_kernel");
 }
 
+// Whether the experts' kernels can route a routing's tokens themselves (mm::Params::route): one
+// token whose pairs fit a warp, at most kMaxRoutedExperts experts, and grouped products that
+// each run in one split of the decode kernel.
+bool routes_in_experts(int64_t T, const RouteArgs& route, const ExpertWeights& experts) {
+  if (T != 1 || route.ldo > 32 || route.E > kMaxRoutedExperts) return false;
+  auto one_split = [](const std::vector<Weight>& set) {
+    if (set.empty()) return true;
+    Params p{};
+    mm::describe_weight(set[0], p);
+    return mm::routes_one_token(p, elt_of(set[0].w.dtype));
+  };
+  return one_split(experts.gate_up) && one_split(experts.gate) && one_split(experts.up) &&
+         one_split(experts.down);
+}
+
 void check_experts(const ExpertWeights& experts) {
   check(!experts.gate.empty() && experts.up.size() == experts.gate.size() &&
             experts.down.size() == experts.gate.size(),
@@ -291,7 +314,11 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  if (f.route) {
+  const RouteArgs route = route_args(logits, k, renormalise, shared_gate, ids, weights);
+  const bool in_kernel = f.route && f.route_in_experts && routes_in_experts(T, route, experts);
+  if (in_kernel) {
+    // (no launch: the experts' kernels route)
+  } else if (f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
   } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
@@ -303,7 +330,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   g.shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
                    static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
                    experts.gate_up.size() == experts.gate.size();
-  experts_grouped(x, ids, weights, experts, groups, out, then, g);
+  experts_grouped(x, ids, weights, experts, groups, out, then, g, in_kernel ? &route : nullptr);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

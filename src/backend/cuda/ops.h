@@ -77,8 +77,11 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
+// route_in_experts: with f.route, at one token whose products each run in one split of the
+// decode kernel, no routing launch: the experts' kernels route the token themselves
+// (mm::Params::route).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, x_early, shared_early;
+  bool route, swiglu, prefetch_down, x_early, shared_early, route_in_experts;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,

@@ -59,17 +59,24 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
     if constexpr (kPer > 0) return reg[i];
     return mem[lane + 32 * i];
   };
+  // The logits are loaded once where the keys are registers (their bits held there until the
+  // exponentials replace them), twice where the keys are in memory.
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < n; ++i) {
-    if (lane + 32 * i < E) mx = fmaxf(mx, __ldcg(l + lane + 32 * i));
+    if (lane + 32 * i < E) {
+      const float v = __ldcg(l + lane + 32 * i);
+      if constexpr (kPer > 0) reg[i] = __float_as_uint(v);
+      mx = fmaxf(mx, v);
+    }
   }
   mx = warp_max(mx);
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < n; ++i) {
     if (lane + 32 * i < E) {
-      const float e = expf(__ldcg(l + lane + 32 * i) - mx);
+      const float v = kPer > 0 ? __uint_as_float(at(i)) : __ldcg(l + lane + 32 * i);
+      const float e = expf(v - mx);
       at(i) = __float_as_uint(e);
       sum = __fadd_rn(sum, e);  // (never contracted with expf's last multiply: every kernel alike)
     } else if constexpr (kPer > 0) {

@@ -254,6 +254,11 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
           timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights,
                                    again.out, nullptr);
         }
+        // (the op's timer names the way it went: routed in the experts' kernels up to 512
+        // experts and 32 pairs)
+        const bool routed_in = in_kernel == "1" && c.E <= 512 && pairs <= 32;
+        const std::string way = timed->timing_report();
+        EXPECT_EQ(way.find("moe_route_in_experts") != std::string::npos, routed_in) << way;
         timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
         timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
         expect_same_bytes({{"ids", ref.ids, again.ids},

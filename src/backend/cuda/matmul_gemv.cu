@@ -487,7 +487,8 @@ void launch(const Params& p, int groups, int x_rows) {
   using Can = std::bool_constant<kOneToken>;
   using No = std::false_type;
   const bool x_early = kOneToken && p.x_early, routed = kOneToken && p.route.logits != nullptr;
-  assert(kOneToken || p.route.logits == nullptr);
+  check(kOneToken || p.route.logits == nullptr, ErrorKind::internal,
+        "decode matmul: routing in a kernel for more than one row or split");
   auto kernel = routed ? (x_early ? pick(Can{}, Can{}) : pick(No{}, Can{}))
                        : (x_early ? pick(Can{}, No{}) : pick(No{}, No{}));
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);

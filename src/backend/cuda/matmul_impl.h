@@ -57,15 +57,15 @@ struct Params {
   bool routing_ready;
   // Grouped decode launches of one token's pairs (M == x_div, so every group's x row is 0): the
   // activations were written before the previous kernel's wait (two or more launches back, as
-  // the experts' gate/up input is: the router's product and the routing come between), so the
-  // kernel may read and split them before its own wait, before it knows its group. (The same
-  // reading of the launch order as routing_ready's.)
+  // the experts' gate/up input is: the router's product comes between, and the routing where
+  // the kernel does not route itself), so the kernel may read and split them before its own
+  // wait, before it knows its group. (The same reading of the launch order as routing_ready's.)
   bool x_early;
   // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
   // matrix and its one row are known on the host (the shared expert folded in as the set's
   // last expert: at one token always the last slice, of the token's last pair). Its CTAs read
   // nothing the routing writes, so they stream and multiply before the kernel's wait, while
-  // the routing runs, and wait only before they store. They release the next kernel before
+  // the routing (or the router's product) runs, and wait only before they store. They release the next kernel before
   // their wait (the one exception to release_early's rule below): the other slices' CTAs, of
   // which there is at least one (the token's routed pairs), release only after their own
   // wait, and the next kernel launches once every CTA has released or exited.

@@ -261,21 +261,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   launched("moe_combine_kernel");
 }
 
-// Whether the experts' kernels can route a routing's tokens themselves (mm::Params::route): one
-// token whose pairs fit a warp, at most kMaxRoutedExperts experts, and grouped products that
-// each run in one split of the decode kernel.
-bool routes_in_experts(int64_t T, const RouteArgs& route, const ExpertWeights& experts) {
-  if (T != 1 || route.ldo > 32 || route.E > kMaxRoutedExperts) return false;
-  auto one_split = [](const std::vector<Weight>& set) {
-    if (set.empty()) return true;
-    Params p{};
-    mm::describe_weight(set[0], p);
-    return mm::routes_one_token(p, elt_of(set[0].w.dtype));
-  };
-  return one_split(experts.gate_up) && one_split(experts.gate) && one_split(experts.up) &&
-         one_split(experts.down);
-}
-
 void check_experts(const ExpertWeights& experts) {
   check(!experts.gate.empty() && experts.up.size() == experts.gate.size() &&
             experts.down.size() == experts.gate.size(),
@@ -294,6 +279,23 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   f.swiglu = fuse_swiglu;
   f.prefetch_down = prefetch_down;
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
+}
+
+bool routes_in_experts(int64_t tokens, const Tensor& logits, int64_t k, const Tensor& shared_gate,
+                       const ExpertWeights& experts) {
+  const int64_t pairs = k + (shared_gate.empty() ? 0 : 1);
+  if (tokens != 1 || pairs > 32 || logits.shape[1] > kMaxRoutedExperts ||
+      !route_group_fits(tokens, logits, shared_gate, experts)) {
+    return false;
+  }
+  auto one_split = [](const std::vector<Weight>& set) {
+    if (set.empty()) return true;
+    Params p{};
+    mm::describe_weight(set[0], p);
+    return mm::routes_one_token(p, elt_of(set[0].w.dtype));
+  };
+  return one_split(experts.gate_up) && one_split(experts.gate) && one_split(experts.up) &&
+         one_split(experts.down);
 }
 
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
@@ -315,7 +317,9 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
   const RouteArgs route = route_args(logits, k, renormalise, shared_gate, ids, weights);
-  const bool in_kernel = f.route && f.route_in_experts && routes_in_experts(T, route, experts);
+  const bool in_kernel = f.route_in_experts;
+  check(!in_kernel || (f.route && routes_in_experts(T, logits, k, shared_gate, experts)),
+        ErrorKind::internal, "moe_route_experts: the experts' kernels cannot route these tokens");
   if (in_kernel) {
     // (no launch: the experts' kernels route)
   } else if (f.route) {

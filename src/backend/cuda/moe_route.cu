@@ -201,7 +201,6 @@ bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
   return tokens == 1 && pairs_per_token <= 32;
 }
 
-
 // Calls go(std::integral_constant<int, kPer>) with the kPer that holds E experts' keys in
 // registers, or 0 with a.keys set to scratch for T rows of keys.
 template <typename Go>

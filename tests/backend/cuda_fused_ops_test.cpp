@@ -236,8 +236,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       // same bits. Each on new activations, before their reference: the experts' scratch then
       // holds another token's values, so a slice that stored nothing, or in another pair's
       // row, would show.
-      // And with the routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS, on by
-      // default where the pairs fit a warp: 512 experts at most) and as a launch of its own.
+      // And with the routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS=1, where the
+      // pairs fit a warp: 512 experts at most) and as a launch of its own.
       uint32_t seed = 60;
       for (const char* knobs : {"00", "10", "01", "11"}) {
         if (T != 1) break;

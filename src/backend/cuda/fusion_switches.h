@@ -44,10 +44,11 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
 // slice); =0 runs it after the routing like the routed experts.
 inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
-// HIBANA_CUDA_ROUTE_IN_EXPERTS: at batch 1 the experts' gate/up and down kernels route the
+// HIBANA_CUDA_ROUTE_IN_EXPERTS=1: at batch 1 the experts' gate/up and down kernels route the
 // token themselves from the router's logits, each CTA for its own slice (mm::Params::route), so
-// the routing is no launch on the step's chain (the same bits). =0 launches it.
-inline bool route_in_experts() { return knob_on("HIBANA_CUDA_ROUTE_IN_EXPERTS", true); }
+// the routing is no launch on the step's chain (the same bits). Off until it has run on a GPU
+// and been measured (docs/benchmarks.md, twenty-fourth slice).
+inline bool route_in_experts() { return knob_on("HIBANA_CUDA_ROUTE_IN_EXPERTS", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.

@@ -316,12 +316,14 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  const RouteArgs route = route_args(logits, k, renormalise, shared_gate, ids, weights);
+  // f.route_in_experts: the caller asked routes_in_experts (its one-split rule is checked again
+  // where the launch picks its kernel); no launch here, the experts' kernels route.
   const bool in_kernel = f.route_in_experts;
-  check(!in_kernel || (f.route && routes_in_experts(T, logits, k, shared_gate, experts)),
-        ErrorKind::internal, "moe_route_experts: the experts' kernels cannot route these tokens");
+  RouteArgs route{};
   if (in_kernel) {
-    // (no launch: the experts' kernels route)
+    route = route_args(logits, k, renormalise, shared_gate, ids, weights);
+    check(f.route && T == 1 && route.ldo <= 32 && route.E <= kMaxRoutedExperts,
+          ErrorKind::internal, "moe_route_experts: the experts' kernels cannot route these tokens");
   } else if (f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
   } else {

@@ -296,6 +296,37 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
   }
 }
 
+// The routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS=1) at the 80B's expert
+// shapes: hidden 2048, intermediate 512, 512 experts top-10 and the shared one. There a gate
+// alone would be two splits of the decode kernel while the stacked [gate ; up] that runs is one,
+// and the knob used to do nothing: it asked the lone gate. The op's timer names the way it went,
+// and the bits are those of the routing then the experts.
+TEST_F(CudaFusedOps, RoutingInTheExpertsKernelsRunsAtThe80BsExpertShapes) {
+  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
+  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
+  const int64_t H = 2048, I = 512, E = 512, k = 10, pairs = k + 1;
+  const PooledExperts pooled(*this, E + 1, H, I);
+  const std::vector<float> logits = randn(E, 71), gate = randn(1, 72), x = randn(H, 73);
+  const Tensor lg = upload(logits.data(), DType::f32, {1, E}),
+               gd = upload(gate.data(), DType::f32, {1, 1}),
+               xd = upload(x.data(), DType::f32, {1, H});
+  const std::vector<int32_t> zero(pairs, 0);
+  const Tensor ids = upload(zero.data(), DType::i32, {1, pairs}), w = device_f32(1, pairs),
+               out = device_f32(1, H), ids_r = upload(zero.data(), DType::i32, {1, pairs}),
+               w_r = device_f32(1, pairs), out_r = device_f32(1, H);
+  timed->timing_report();  // (forgets the ops before)
+  {
+    ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
+    ScopedEnv route("HIBANA_CUDA_ROUTE_IN_EXPERTS", "1");
+    timed->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids, w, out, nullptr);
+  }
+  const std::string way = timed->timing_report();
+  EXPECT_NE(way.find("moe_route_in_experts"), std::string::npos) << way;
+  timed->moe_route(lg, k, true, gd, ids_r, w_r);
+  timed->moe_experts(xd, ids_r, w_r, pooled.dev, out_r);
+  expect_same_bytes({{"ids", ids_r, ids}, {"weights", w_r, w}, {"out", out_r, out}});
+}
+
 // A DeltaNet layer's input projection with its conv in one decode-kernel launch
 // (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
 // conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows

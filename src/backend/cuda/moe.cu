@@ -294,8 +294,13 @@ bool routes_in_experts(int64_t tokens, const Tensor& logits, int64_t k, const Te
     mm::describe_weight(set[0], p);
     return mm::routes_one_token(p, elt_of(set[0].w.dtype));
   };
-  return one_split(experts.gate_up) && one_split(experts.gate) && one_split(experts.up) &&
-         one_split(experts.down);
+  // The sets experts_grouped launches: the stacked [gate ; up] where there is one (then gate
+  // and up alone never run, and at the 80B's shapes a gate alone is two splits where the
+  // stacked set is one), else gate and up; and down.
+  const bool stacked = !experts.gate_up.empty();
+  const bool gate_up =
+      stacked ? one_split(experts.gate_up) : one_split(experts.gate) && one_split(experts.up);
+  return gate_up && one_split(experts.down);
 }
 
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,

@@ -188,8 +188,7 @@ struct RouteCase {
 // and the shared expert are the most that do, top-32 and the shared expert one more.
 // A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths. One token
 // also with the shared expert's gate/up slice run before the routing is known and after it
-// (HIBANA_CUDA_SHARED_EXPERT_EARLY, on by default), each with the routing in the experts'
-// kernels and as a launch (HIBANA_CUDA_ROUTE_IN_EXPERTS).
+// (HIBANA_CUDA_SHARED_EXPERT_EARLY, on by default).
 TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
@@ -236,34 +235,22 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       // same bits. Each on new activations, before their reference: the experts' scratch then
       // holds another token's values, so a slice that stored nothing, or in another pair's
       // row, would show.
-      // And with the routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS=1, where the
-      // pairs fit a warp: 512 experts at most) and as a launch of its own.
       uint32_t seed = 60;
-      for (const char* knobs : {"00", "10", "01", "11"}) {
+      for (const char* early_on : {"0", "1"}) {
         if (T != 1) break;
-        const std::string early_on(1, knobs[0]), in_kernel(1, knobs[1]);
-        SCOPED_TRACE(testing::Message() << "shared expert early: " << early_on
-                                        << ", routing in the experts' kernels: " << in_kernel);
+        SCOPED_TRACE(testing::Message() << "shared expert early: " << early_on);
         const std::vector<float> x1 = randn(H, seed++);
         const Tensor x1d = upload(x1.data(), DType::f32, {1, H});
         const Out again = outputs(), ref = outputs();
         {
           ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-          ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on.c_str());
-          ScopedEnv route("HIBANA_CUDA_ROUTE_IN_EXPERTS", in_kernel.c_str());
+          ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on);
           timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights,
                                    again.out, nullptr);
         }
-        // (the op's timer names the way it went: routed in the experts' kernels up to 512
-        // experts and 32 pairs)
-        const bool routed_in = in_kernel == "1" && c.E <= 512 && pairs <= 32;
-        const std::string way = timed->timing_report();
-        EXPECT_EQ(way.find("moe_route_in_experts") != std::string::npos, routed_in) << way;
         timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
         timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
-        expect_same_bytes({{"ids", ref.ids, again.ids},
-                           {"weights", ref.weights, again.weights},
-                           {"out", ref.out, again.out}});
+        expect_same_bytes({{"ids", ref.ids, again.ids}, {"out", ref.out, again.out}});
       }
       const std::vector<int32_t> ids_f = download_ids(fused.ids);
       if (nan_row >= 0) {
@@ -294,37 +281,6 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       EXPECT_LT(worst, 1e-4f);
     }
   }
-}
-
-// The routing in the experts' kernels (HIBANA_CUDA_ROUTE_IN_EXPERTS=1) at the 80B's expert
-// shapes: hidden 2048, intermediate 512, 512 experts top-10 and the shared one. There a gate
-// alone would be two splits of the decode kernel while the stacked [gate ; up] that runs is one,
-// and the knob used to do nothing: it asked the lone gate. The op's timer names the way it went,
-// and the bits are those of the routing then the experts.
-TEST_F(CudaFusedOps, RoutingInTheExpertsKernelsRunsAtThe80BsExpertShapes) {
-  ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
-  const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
-  const int64_t H = 2048, I = 512, E = 512, k = 10, pairs = k + 1;
-  const PooledExperts pooled(*this, E + 1, H, I);
-  const std::vector<float> logits = randn(E, 71), gate = randn(1, 72), x = randn(H, 73);
-  const Tensor lg = upload(logits.data(), DType::f32, {1, E}),
-               gd = upload(gate.data(), DType::f32, {1, 1}),
-               xd = upload(x.data(), DType::f32, {1, H});
-  const std::vector<int32_t> zero(pairs, 0);
-  const Tensor ids = upload(zero.data(), DType::i32, {1, pairs}), w = device_f32(1, pairs),
-               out = device_f32(1, H), ids_r = upload(zero.data(), DType::i32, {1, pairs}),
-               w_r = device_f32(1, pairs), out_r = device_f32(1, H);
-  timed->timing_report();  // (forgets the ops before)
-  {
-    ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-    ScopedEnv route("HIBANA_CUDA_ROUTE_IN_EXPERTS", "1");
-    timed->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids, w, out, nullptr);
-  }
-  const std::string way = timed->timing_report();
-  EXPECT_NE(way.find("moe_route_in_experts"), std::string::npos) << way;
-  timed->moe_route(lg, k, true, gd, ids_r, w_r);
-  timed->moe_experts(xd, ids_r, w_r, pooled.dev, out_r);
-  expect_same_bytes({{"ids", ids_r, ids}, {"weights", w_r, w}, {"out", out_r, out}});
 }
 
 // A DeltaNet layer's input projection with its conv in one decode-kernel launch

@@ -1,23 +1,15 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 17` (op_chain's graph-ctr way), `4` (racecheck, Nsight
-# Compute of the tiled matmul both ways), `6` and `8` (on an H200: the slices since the
-# seventeenth against a3628f5, the step's timeline and profile). The calls already run are in
-# git history (5675f6a has calls 1-13, 450dc27 14-19).
+# minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
+# ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
+# timeline and profile). The calls already run are in git history (5675f6a has calls 1-13,
+# 450dc27 14-19; call 17, op_chain's graph-ctr way, ran in the twenty-fourth slice: f09839e).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
-# Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 17
+# Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
 set -u
 B=build-gpu
 : "${OUT:?OUT must name a folder}"
-
-# op_chain's graph-ctr way (twenty-first slice, compiled only): the chain's kernels ordered by
-# completion counters instead of griddepcontrol.wait, beside graph-early and the persistent
-# ways, products only and with one-CTA ops. If it beats graph-after-wait (the engine's way) by
-# more than noise, the engine's decode kernels could wait the same way.
-call17() {
-  timeout 260 tools/gpu/check.sh chain 2>&1 | grep -E '^(bare|graph|persistent|ring)|DIFFER|NaN|layers'
-}
 
 # The eighteenth and nineteenth slices (the 6 KiB fp8 ring, routing at batch 1 by one warp) on
 # the H200 against the tree before both (here, first: tools/gpu/ab_ref.sh a3628f5, then carry
@@ -83,6 +75,5 @@ case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
-  17) call17 ;;
-  *) echo "usage: $0 4|6|8|17" >&2; exit 2 ;;
+  *) echo "usage: $0 4|6|8" >&2; exit 2 ;;
 esac

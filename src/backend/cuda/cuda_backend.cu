@@ -466,15 +466,12 @@ class CudaBackend final : public Backend {
     const bool route =
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
     if (route || norm) {
-      // (the op's timer says which way the routing went)
-      const bool in_kernels = route && route_in_experts() &&
-                              cuda::routes_in_experts(x.shape[0], logits, k, shared_gate, experts);
       {
-        Timed timed(timer_, in_kernels ? "moe_route_in_experts" : "moe_route_experts");
+        Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early(), in_kernels});
+                                 shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -44,11 +44,6 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
 // slice); =0 runs it after the routing like the routed experts.
 inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
-// HIBANA_CUDA_ROUTE_IN_EXPERTS=1: at batch 1 the experts' gate/up and down kernels route the
-// token themselves from the router's logits, each CTA for its own slice (mm::Params::route), so
-// the routing is no launch on the step's chain (the same bits). Off until it has run on a GPU
-// and been measured (docs/benchmarks.md, twenty-fourth slice).
-inline bool route_in_experts() { return knob_on("HIBANA_CUDA_ROUTE_IN_EXPERTS", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
@@ -58,6 +53,8 @@ inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION
 // the output projection loads its activations (HIBANA_CUDA_FUSED_MATMUL_NORM: 0.991 and 0.977
 // on the 80B at batch 1), the combine and norm in one CTA per token (FUSED_COMBINE_NORM: 0.960,
 // then 1.004 where the split form above gave 1.014), and plain products releasing the next
-// kernel before their own wait (RELEASE_BEFORE_WAIT: 0.968).
+// kernel before their own wait (RELEASE_BEFORE_WAIT: 0.968). The experts' kernels routing the
+// token themselves at batch 1 (ROUTE_IN_EXPERTS: 0.995 over three rounds on an H100; the
+// routing added 4.4 us to the gate/up's critical time, what its own launch cost) is in f09839e.
 
 }  // namespace hibana::cuda

@@ -66,7 +66,7 @@ enum class Fused { none, swiglu, conv };
 template <bool kGrouped, bool kPacked>
 __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here, bool okA,
                                          bool okB, int t, int32_t (&orow)[4],
-                                         int own_row) {
+                                         int known_row) {
   // Sums i and i + 2 are of the same token (rows rA and rB): its row is read once. Packed, sum
   // i of token t / 2 in the even lanes (i even); unpacked, of token 2t + (i & 1).
   int32_t row[2];
@@ -75,8 +75,8 @@ __device__ __forceinline__ void out_rows(const int32_t* rows, int64_t rows_here,
     const int m = kPacked ? t / 2 : 2 * t + j;
     const bool here = m < rows_here && !(kPacked && ((t & 1) || j == 1));
     // (L2: a routing_ready kernel reads the list before its wait)
-    // (own_row >= 0: the group's one row, known without the list: slice_group)
-    row[j] = !here ? -1 : !kGrouped ? m : own_row >= 0 ? own_row : __ldcg(rows + m);
+    // (known_row >= 0: the group's one row, known without the list: Params::slice_known)
+    row[j] = !here ? -1 : !kGrouped ? m : known_row >= 0 ? known_row : __ldcg(rows + m);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) orow[i] = (i < 2 ? okA : okB) ? row[i & 1] : -1;

@@ -10,25 +10,14 @@
 namespace hibana::cuda::mm {
 
 // A grouped CTA's group: its matrix, its rows (the group's slice of the row list) and their
-// count. known (Params::slice_known): the host's matrix, one row, own_row (Params::known_row);
-// kRouted (Params::route): the slice's pair from the routing, its index own_row; otherwise the
-// slice's active expert, then its matrix and offsets. own_row stays -1 where rows lists them.
+// count. known (Params::slice_known): the host's matrix, one row (out_rows takes it from
+// Params::known_row); otherwise the slice's active expert, then its matrix and offsets.
 // Returns false where the CTA has nothing to do (a slice past the active ones, or a group
 // another launch serves).
-template <bool kRouted>
 __device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr& mat,
-                                            const int32_t*& rows, int64_t& rows_here,
-                                            int& own_row) {
+                                            const int32_t*& rows, int64_t& rows_here) {
   if (known) {
     mat = p.known_mat;
-    rows_here = 1;
-    own_row = p.known_row;
-  } else if constexpr (kRouted) {
-    const int z = blockIdx.z;
-    const bool store = p.route_store && blockIdx.x == 0 && z == 0 && threadIdx.x < 32;
-    int expert = 0;
-    if (!routed_slice<kRoutedKeysPerLane>(p.route, z, store, expert, own_row)) return false;
-    mat = p.mats[expert];
     rows_here = 1;
   } else {
     const int grp = group_of_slice(p);

@@ -318,10 +318,6 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 
 }  // namespace
 
-bool routes_one_token(const Params& p, Elt elt) {
-  return mma_supports(p, elt) && split_length(p.N, p.K, true) >= p.K;
-}
-
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;

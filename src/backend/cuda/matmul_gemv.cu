@@ -138,12 +138,10 @@ constexpr int kXSharedMax = 26 << 10;
 // Each carries one copy of the split (the down projection and the gate/up ran ~6 KB of the
 // other's).
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
-          Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false,
-          bool kRouted = false>
+          Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false>
 __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
   static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
-  static_assert(!kRouted || (kGrouped && kRows == 1 && kOneSplit), "route");
   constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
@@ -193,14 +191,13 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   MatPtr mat = p.single;
   int64_t rows_here = p.M;
   const int32_t* rows = nullptr;
-  int own_row = -1;  // a grouped CTA's one row where no list has it (slice_group)
   // A grouped CTA that leaves before its pdl_wait still waits: were every CTA to leave (no
   // pair routed here), the next kernel's wait would otherwise not cover the one before this.
   auto leave_early = [&] {
     if (kGrouped && early) pdl_wait();
   };
   if constexpr (kGrouped) {
-    if (!slice_group<kRouted>(p, known, mat, rows, rows_here, own_row)) return leave_early();
+    if (!slice_group(p, known, mat, rows, rows_here)) return leave_early();
   }
   if (rows_here <= 0) return leave_early();
 
@@ -244,7 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // The x row of token r of the tile, or -1.
   auto x_row_of = [&](int r) -> int64_t {
     if (r >= rows_here) return -1;
-    return kGrouped ? (own_row >= 0 ? own_row : rows[r]) / p.x_div : r;
+    return kGrouped ? rows[r] / p.x_div : r;
   };
   if constexpr (kXShared) {
     if constexpr (!kXEarly) {
@@ -416,7 +413,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     fold(total);
   }
   int32_t orow[4];
-  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, own_row);
+  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
   finish<kGrouped, kFused, kOneSplit>(p, total, orow, my_split, rA, rB);
 }
 
@@ -434,11 +431,11 @@ int ctas_per_sm(size_t smem) {
 
 // Sets the dynamic shared memory limit of a kernel variant once.
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused,
-          bool kOneSplit, bool kXEarly, bool kRouted>
+          bool kOneSplit, bool kXEarly = false>
 void configure() {
   static const bool done = [] {
     HIBANA_CUDA(cudaFuncSetAttribute(
-        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly, kRouted>,
+        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly>,
         cudaFuncAttributeMaxDynamicSharedMemorySize,
         kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
@@ -471,26 +468,22 @@ void launch(const Params& p, int groups, int x_rows) {
     shared_x = small;
   }
   if (shared_x && small_mode == 2) small = true;
-  // The kernel: shared x or not, with (kXEarly) or without the split before the wait (x_early
-  // in more splits, a knob's, splits after it: the same bits), routing the token itself
-  // (kRouted: Params::route) or reading the grouping.
-  constexpr bool kOneToken = kGrouped && kRows == 1 && kOneSplit;
-  auto pick = [&](auto early, auto routed) {
-    constexpr bool kE = decltype(early)::value, kR = decltype(routed)::value;
-    configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE, kR>();
-    configure<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE, kR>();
-    configure<E, kGrouped, false, kRows, kBig, kFused, kOneSplit, false, kR>();
-    return !shared_x ? gemv_kernel<E, kGrouped, false, kRows, kBig, kFused, kOneSplit, false, kR>
-           : small   ? gemv_kernel<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE, kR>
-                     : gemv_kernel<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE, kR>;
+  // The shared-x kernels, with (kXEarly) or without the split before the wait; x_early in
+  // more splits (a knob's) splits after it, the same bits.
+  constexpr bool kCanEarly = kGrouped && kRows == 1 && kOneSplit;
+  auto shared_kernel = [&](auto early) {
+    constexpr bool kE = decltype(early)::value;
+    configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE>();
+    configure<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE>();
+    return small ? gemv_kernel<E, kGrouped, true, kRows, kSmall, kFused, kOneSplit, kE>
+                 : gemv_kernel<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE>;
   };
-  using Can = std::bool_constant<kOneToken>;
-  using No = std::false_type;
-  const bool x_early = kOneToken && p.x_early, routed = kOneToken && p.route.logits != nullptr;
-  check(kOneToken || p.route.logits == nullptr, ErrorKind::internal,
-        "decode matmul: routing in a kernel for more than one row or split");
-  auto kernel = routed ? (x_early ? pick(Can{}, Can{}) : pick(No{}, Can{}))
-                       : (x_early ? pick(Can{}, No{}) : pick(No{}, No{}));
+  configure<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>();
+  auto kernel = gemv_kernel<E, kGrouped, false, kRows, kBig, kFused, kOneSplit>;
+  if (shared_x) {
+    kernel = kCanEarly && p.x_early ? shared_kernel(std::bool_constant<kCanEarly>{})
+                                    : shared_kernel(std::false_type{});
+  }
   const size_t smem = (small ? Small::kSmem : S::kSmem) + (shared_x ? x_bytes : 0);
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/route_impl.cuh"
 
 namespace hibana::cuda::mm {
 
@@ -57,29 +56,21 @@ struct Params {
   bool routing_ready;
   // Grouped decode launches of one token's pairs (M == x_div, so every group's x row is 0): the
   // activations were written before the previous kernel's wait (two or more launches back, as
-  // the experts' gate/up input is: the router's product comes between, and the routing where
-  // the kernel does not route itself), so the kernel may read and split them before its own
-  // wait, before it knows its group. (The same reading of the launch order as routing_ready's.)
+  // the experts' gate/up input is: the router's product and the routing come between), so the
+  // kernel may read and split them before its own wait, before it knows its group. (The same
+  // reading of the launch order as routing_ready's.)
   bool x_early;
   // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
   // matrix and its one row are known on the host (the shared expert folded in as the set's
   // last expert: at one token always the last slice, of the token's last pair). Its CTAs read
   // nothing the routing writes, so they stream and multiply before the kernel's wait, while
-  // the routing (or the router's product) runs, and wait only before they store. They release the next kernel before
+  // the routing runs, and wait only before they store. They release the next kernel before
   // their wait (the one exception to release_early's rule below): the other slices' CTAs, of
   // which there is at least one (the token's routed pairs), release only after their own
   // wait, and the next kernel launches once every CTA has released or exited.
   bool slice_known;
   int known_slice, known_row;
   MatPtr known_mat;
-  // Grouped decode launches of one token in one split (route.logits non-null; moe.cu decides):
-  // no grouping is read; each CTA routes the token itself from the router's logits
-  // (routed_slice, the same picks and order as route_one_kernel's grouping) and serves its
-  // slice's pair, so the routing is no launch of its own. A launch that also has routing_ready
-  // routes before its wait (the logits are two launches old, as routing_ready's grouping
-  // was). route_store: this launch's CTA (0, 0, 0) stores the ids and weights (the combine's).
-  RouteArgs route;
-  bool route_store;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;
@@ -236,9 +227,6 @@ void describe_x(const Tensor& x, Params& p);
 // kernel family from the weight alone (never from the batch), so a row's bits do not depend on
 // the batch it is in.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
-// Whether a grouped product of this weight for one token runs in the decode kernel in one
-// split: where that kernel can route the token itself (Params::route).
-bool routes_one_token(const Params& p, Elt elt);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);

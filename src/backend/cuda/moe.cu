@@ -160,12 +160,10 @@ namespace {
 
 // moe_experts on pairs already grouped by expert, with the fusions f (f.route is the caller's);
 // with `then`, its add_rmsnorm in the combine's kernel (which must be add_rmsnorm's wide
-// kernel). With `route` (one token), the pairs are not grouped yet: each grouped launch routes
-// the token in its kernel (mm::Params::route), the first storing ids and weights.
+// kernel).
 void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const ExpertWeights& experts, const Grouping& groups, Tensor out,
-                     const Backend::ResidualNorm* then, const MoeFusions& f,
-                     const RouteArgs* route = nullptr) {
+                     const Backend::ResidualNorm* then, const MoeFusions& f) {
   const int64_t T = x.shape[0], H = x.shape[1], k = ids.shape[1];
   const int64_t I = experts.gate[0].rows(), pairs = T * k;
   const ExpertTables& tab = tables_for(experts);
@@ -182,7 +180,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
   // streamed before its wait where f.prefetch_down).
-  bool route_stored = false;
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
                      int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
@@ -212,11 +209,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     }
     const Elt elt = elt_of(w0.w.dtype);
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
-    if (route) {
-      p.route = *route;
-      p.route_store = !route_stored;
-      route_stored = true;
-    }
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt, true, T, slices);
     return true;
@@ -281,28 +273,6 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
 }
 
-bool routes_in_experts(int64_t tokens, const Tensor& logits, int64_t k, const Tensor& shared_gate,
-                       const ExpertWeights& experts) {
-  const int64_t pairs = k + (shared_gate.empty() ? 0 : 1);
-  if (tokens != 1 || pairs > 32 || logits.shape[1] > kMaxRoutedExperts ||
-      !route_group_fits(tokens, logits, shared_gate, experts)) {
-    return false;
-  }
-  auto one_split = [](const std::vector<Weight>& set) {
-    if (set.empty()) return true;
-    Params p{};
-    mm::describe_weight(set[0], p);
-    return mm::routes_one_token(p, elt_of(set[0].w.dtype));
-  };
-  // The sets experts_grouped launches: the stacked [gate ; up] where there is one (then gate
-  // and up alone never run, and at the 80B's shapes a gate alone is two splits where the
-  // stacked set is one), else gate and up; and down.
-  const bool stacked = !experts.gate_up.empty();
-  const bool gate_up =
-      stacked ? one_split(experts.gate_up) : one_split(experts.gate) && one_split(experts.up);
-  return gate_up && one_split(experts.down);
-}
-
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
                       const ExpertWeights& experts) {
   // The routing's ids are [0, E) and, with a shared expert, E: the expert set must be that long.
@@ -321,15 +291,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  // f.route_in_experts: the caller asked routes_in_experts (its one-split rule is checked again
-  // where the launch picks its kernel); no launch here, the experts' kernels route.
-  const bool in_kernel = f.route_in_experts;
-  RouteArgs route{};
-  if (in_kernel) {
-    route = route_args(logits, k, renormalise, shared_gate, ids, weights);
-    check(f.route && T == 1 && route.ldo <= 32 && route.E <= kMaxRoutedExperts,
-          ErrorKind::internal, "moe_route_experts: the experts' kernels cannot route these tokens");
-  } else if (f.route) {
+  if (f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
   } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
@@ -341,7 +303,7 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
   g.shared_early = f.shared_early && !shared_gate.empty() && T == 1 &&
                    static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
                    experts.gate_up.size() == experts.gate.size();
-  experts_grouped(x, ids, weights, experts, groups, out, then, g, in_kernel ? &route : nullptr);
+  experts_grouped(x, ids, weights, experts, groups, out, then, g);
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

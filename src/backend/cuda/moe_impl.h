@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/route_impl.cuh"
 
 namespace hibana::cuda {
 
@@ -28,11 +27,6 @@ struct Grouping {
   int64_t pairs;
   Scratch offsets, rows, active;
 };
-
-// The routing's arguments for route_token (route_impl.cuh), with ids and weights [T, k + 1
-// with a shared gate] as its outputs (keys: null).
-RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
-                     Tensor ids, Tensor weights);
 
 // Groups the pairs of ids ([pairs] expert ids, -1 or any id outside [0, E) skipped) into g.
 void group_by_expert(const int32_t* ids, const Grouping& g);

@@ -13,6 +13,140 @@ namespace hibana::cuda {
 
 namespace {
 
+struct RouteArgs {
+  const float* logits;
+  int64_t ldl, T, E;
+  int k;
+  bool renormalise;
+  const float* shared_gate;  // [T] logits of the shared expert's gate (ldg apart), or null
+  int64_t ldg;
+  int32_t* ids;  // rows ldo apart: k, or k + 1 with a shared expert
+  float* weights;
+  int64_t ldo;
+  unsigned* keys;  // [T, E] when the keys do not fit in registers (kPer == 0)
+};
+
+// What the top-k compares, as unsigned integers that order as the values do: 0 for an expert
+// already taken (or past E), 1 for a NaN probability (a token whose hidden state is not finite
+// — e.g. a padding row of a recorded decode batch — so every round still picks a valid expert
+// and no index is computed from a NaN), and a probability p >= 0 as its bits + 2 (non-negative
+// floats order as their bits).
+__device__ __forceinline__ unsigned prob_key(float p) {
+  return p != p ? 1u : __float_as_uint(p + 0.0f) + 2u;
+}
+
+// Lane l holds the keys of experts l, l + 32, ...: in registers when E <= 32 * kPer (the decode
+// case: no memory traffic between the rounds), else in `keys`. Both forms pick the same experts
+// with the same weights. Each round a lane finds its largest key (the lowest expert among equal
+// keys: a tree of adjacent pairs, whose right halves hold the higher experts), then the warp
+// the largest of those and the lowest expert holding it (two warp reductions).
+// Returns the expert of pair `lane` of the token where its pairs fit the warp (k, with a shared
+// expert k + 1, at most 32), else -1.
+template <int kPer>
+__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane) {
+  const int64_t E = a.E;
+  const int k = a.k;
+  const float gate = a.shared_gate ? a.shared_gate[t * a.ldg] : 0.0f;  // (loaded with the logits)
+  const float* l = a.logits + t * a.ldl;
+  unsigned* mem = kPer > 0 ? nullptr : a.keys + t * E;
+  unsigned reg[kPer > 0 ? kPer : 1];
+  const int n = kPer > 0 ? kPer : static_cast<int>((E + 31) / 32);
+  auto at = [&](int i) -> unsigned& {
+    if constexpr (kPer > 0) return reg[i];
+    return mem[lane + 32 * i];
+  };
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
+  }
+  mx = warp_max(mx);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) {
+      const float e = expf(l[lane + 32 * i] - mx);
+      at(i) = __float_as_uint(e);
+      sum = __fadd_rn(sum, e);  // (never contracted with expf's last multiply: every kernel alike)
+    } else if constexpr (kPer > 0) {
+      at(i) = 0u;
+    }
+  }
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    if (lane + 32 * i < E) at(i) = prob_key(__uint_as_float(at(i)) / sum);
+  }
+  float total = 0.0f, mine = 0.0f;
+  int mine_e = 0;
+  for (int j = 0; j < k; ++j) {
+    unsigned key = 0u;
+    int slot = 0;
+    if constexpr (kPer > 0) {
+      unsigned kk[kPer];
+      int ks[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        kk[i] = reg[i];
+        ks[i] = i;
+      }
+#pragma unroll
+      for (int w = 1; w < kPer; w *= 2) {
+#pragma unroll
+        for (int i = 0; i + w < kPer; i += 2 * w) {
+          if (kk[i + w] > kk[i]) {
+            kk[i] = kk[i + w];
+            ks[i] = ks[i + w];
+          }
+        }
+      }
+      key = kk[0];
+      slot = ks[0];
+    } else {
+      for (int i = 0; i < n; ++i) {
+        const unsigned v = lane + 32 * i < E ? at(i) : 0u;
+        if (v > key) {
+          key = v;
+          slot = i;
+        }
+      }
+    }
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int best_e = static_cast<int>(__reduce_min_sync(
+        0xffffffffu, key == top ? static_cast<unsigned>(lane + 32 * slot) : UINT_MAX));
+    const float best = top >= 2u ? __uint_as_float(top - 2u) : 0.0f;  // a NaN's pick weighs 0
+    if (lane == j) {
+      mine = best;
+      mine_e = best_e;
+    }
+    if (k > 32 && lane == 0) {
+      a.ids[t * a.ldo + j] = best_e;
+      a.weights[t * a.ldo + j] = best;
+    }
+    total += best;
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      if (lane + 32 * i == best_e) at(i) = 0u;  // taken
+    }
+  }
+  // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
+  // at once; more picks went out in their rounds and are divided here (load, divide, store).
+  if (k <= 32) {
+    if (lane < k) {
+      a.ids[t * a.ldo + lane] = mine_e;
+      a.weights[t * a.ldo + lane] = a.renormalise ? mine / total : mine;
+    }
+  } else if (a.renormalise && lane == 0) {
+    for (int j = 0; j < k; ++j) a.weights[t * a.ldo + j] /= total;
+  }
+  if (a.shared_gate && lane == 0) {
+    a.ids[t * a.ldo + k] = static_cast<int32_t>(E);
+    a.weights[t * a.ldo + k] = sigmoid_f(gate);
+  }
+  if (a.ldo > 32) return -1;
+  return lane < k ? mine_e : lane < a.ldo ? static_cast<int>(E) : -1;
+}
+
 template <int kPer>
 __global__ void moe_route_kernel(RouteArgs a) {
   pdl_start();
@@ -201,20 +335,6 @@ bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
   return tokens == 1 && pairs_per_token <= 32;
 }
 
-// Calls go(std::integral_constant<int, kPer>) with the kPer that holds E experts' keys in
-// registers, or 0 with a.keys set to scratch for T rows of keys.
-template <typename Go>
-void with_keys_per_lane(RouteArgs& a, Go go) {
-  if (a.E <= 128) return go(std::integral_constant<int, 4>{});
-  if (a.E <= 256) return go(std::integral_constant<int, 8>{});
-  if (a.E <= 512) return go(std::integral_constant<int, 16>{});
-  Scratch keys(static_cast<size_t>(a.T * a.E) * sizeof(unsigned));
-  a.keys = keys.as<unsigned>();
-  go(std::integral_constant<int, 0>{});
-}
-
-}  // namespace
-
 RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                      Tensor ids, Tensor weights) {
   const int64_t E = logits.shape[1];
@@ -238,6 +358,20 @@ RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Te
   a.ldo = k + shared;
   return a;
 }
+
+// Calls go(std::integral_constant<int, kPer>) with the kPer that holds E experts' keys in
+// registers, or 0 with a.keys set to scratch for T rows of keys.
+template <typename Go>
+void with_keys_per_lane(RouteArgs& a, Go go) {
+  if (a.E <= 128) return go(std::integral_constant<int, 4>{});
+  if (a.E <= 256) return go(std::integral_constant<int, 8>{});
+  if (a.E <= 512) return go(std::integral_constant<int, 16>{});
+  Scratch keys(static_cast<size_t>(a.T * a.E) * sizeof(unsigned));
+  a.keys = keys.as<unsigned>();
+  go(std::integral_constant<int, 0>{});
+}
+
+}  // namespace
 
 void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                Tensor ids, Tensor weights) {

@@ -77,10 +77,8 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
-// route_in_experts (where routes_in_experts, with f.route): no routing launch, the experts'
-// kernels route the token themselves (mm::Params::route).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, x_early, shared_early, route_in_experts;
+  bool route, swiglu, prefetch_down, x_early, shared_early;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
@@ -90,11 +88,6 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
 // routing's experts (plus the shared one when there is a shared gate).
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
                       const ExpertWeights& experts);
-// Whether the experts' kernels can route the tokens themselves (MoeFusions::route_in_experts):
-// where route_group_fits, one token whose pairs fit a warp, at most kMaxRoutedExperts experts,
-// and expert products that each run in one split of the decode kernel.
-bool routes_in_experts(int64_t tokens, const Tensor& logits, int64_t k, const Tensor& shared_gate,
-                       const ExpertWeights& experts);
 
 // sampling.cu
 void penalise_rows(const Tensor& logits, const LogitsPenalties& penalties, Tensor out);

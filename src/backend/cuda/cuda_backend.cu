@@ -467,14 +467,11 @@ class CudaBackend final : public Backend {
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
     if (route || norm) {
       {
-        // (the op's timer says where the combine ran)
-        const bool in_down =
-            norm && fused_down_combine() && cuda::combines_in_down(x.shape[0], experts);
-        Timed timed(timer_, in_down ? "moe_route_experts_combined_in_down" : "moe_route_experts");
+        Timed timed(timer_, "moe_route_experts");
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early(), in_down});
+                                 shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

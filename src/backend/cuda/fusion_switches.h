@@ -44,11 +44,6 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
 // slice); =0 runs it after the routing like the routed experts.
 inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
-// HIBANA_CUDA_FUSED_DOWN_COMBINE=1: at one token, the experts' down projection's kernel also
-// does the combine, the residual add and the next layer's input norm (mm::Params::combine:
-// the last CTA of each column tile combines its columns, the last tile normalises), one launch
-// fewer per MoE layer (the same bits as COMBINE_NORM_SPLIT's kernel). Off until measured.
-inline bool fused_down_combine() { return knob_on("HIBANA_CUDA_FUSED_DOWN_COMBINE", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.

@@ -1,11 +1,10 @@
 // Private to matmul_gemv.cu: the decode matmul's epilogue — a lane's sums into the output or the
 // split partials, the last CTA of a tile reducing them, and what a fused launch applies as it
-// stores (SwiGLU, the DeltaNet's conv) or after (the MoE combine).
+// stores (SwiGLU, the DeltaNet's conv).
 #pragma once
 
 #include "backend/cuda/conv_impl.cuh"
 #include "backend/cuda/matmul_impl.h"
-#include "backend/cuda/norm_impl.cuh"
 
 namespace hibana::cuda::mm {
 
@@ -53,12 +52,11 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 }
 
 // What a decode kernel applies to its outputs as it stores them, a template argument so that
-// each kernel carries only its own epilogue's code: nothing, SwiGLU (Params::pair), in plain
-// products only the DeltaNet conv (Params::conv_w), or, in one token's grouped down projection
-// in one split, the MoE combine after them (Params::combine: combine_outputs). The conv's code
-// in every plain kernel made the 80B's fp8 one 7 KB larger (cubin: 45824 against 38528 bytes
-// with the store below inlined once).
-enum class Fused { none, swiglu, conv, combine };
+// each kernel carries only its own epilogue's code: nothing, SwiGLU (Params::pair) or, in plain
+// products only, the DeltaNet conv (Params::conv_w). The conv's code in every plain kernel made
+// the 80B's fp8 one 7 KB larger (cubin: 45824 against 38528 bytes with the store below
+// inlined once).
+enum class Fused { none, swiglu, conv };
 
 // The output row of each of the lane's four sums (-1: none; finish's rows, below). Grouped,
 // from the group's row list, read once (a store could alias the list for the compiler, which
@@ -139,32 +137,6 @@ __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
     }
     if constexpr (kFused == Fused::conv) conv_outputs(p, orow, col, v);
   }
-}
-
-// Fused::combine (Params::combine), after every output of the CTA is stored: the last of its
-// column tile's CTAs to finish (one a pair; *n_active of them reach here) combines the tile's
-// kCols columns (combine_column, as the combine's kernel does), stores them and adds them to
-// the residual x; the last tile to finish then normalises x into normed with the wide norm's
-// arithmetic, its kCta threads playing the 256 of add_rmsnorm's kernel. The bits of
-// combine_add_norm_split_kernel. What others stored is read from L2 (last_to_finish orders it).
-// The norm weights (8 of each of the 256 threads' values cached: a longer row loops, the same
-// bits) load with the combine's loads, in the tiles' last CTAs only.
-template <int kCta, int kCols>
-__device__ __forceinline__ void combine_outputs(const Params& p) {
-  const Params::Combine& c = p.combine;
-  if (!last_to_finish(c.counters + blockIdx.x, __ldcg(p.n_active))) return;
-  const int64_t H = c.pairs.H;
-  float wv[8 * (kWideThreads / kCta)];
-  wide_norm_weights<kCta>(c.r.w, H, wv);
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
-  if (threadIdx.x < kCols && col < H) {
-    const float v = combine_column<true>(c.pairs, 0, col);
-    c.out[col] = v;
-    c.r.x[col] = __ldcg(c.r.x + col) + v;
-  }
-  if (!last_to_finish(c.counters + gridDim.x, static_cast<int>(gridDim.x))) return;
-  wide_norm_group<false, false, true, kCta>(c.r.x, nullptr, nullptr, c.r.w, wv, c.r.eps,
-                                            c.r.zero_centred, H, c.r.normed);
 }
 
 }  // namespace hibana::cuda::mm

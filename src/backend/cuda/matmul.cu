@@ -318,17 +318,11 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 
 }  // namespace
 
-bool one_token_in_one_split(const Params& p, Elt elt) {
-  return mma_supports(p, elt) && split_length(p.N, p.K, true) >= p.K;
-}
-
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
   check(p.pair == 0 || swiglu_fits(p, elt, max_rows), ErrorKind::internal,
         "SwiGLU matmul: only the decode kernel has it");
-  check(p.combine.counters == nullptr || (grouped && max_rows == 1 && mma_supports(p, elt)),
-        ErrorKind::internal, "matmul: only one token's grouped decode kernel ends in the combine");
   p.split_len = split_length(p.N, p.K, grouped);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);

@@ -144,7 +144,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
   constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
-  static_assert(kFused != Fused::combine || (kGrouped && kRows == 1 && kOneSplit), "combine");
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
   constexpr int VE = S::VE, KC = S::KC, U = S::U, D = S::D, MMAS = S::MMAS;
   constexpr int kStageK = S::kStageK;
@@ -416,7 +415,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
   finish<kGrouped, kFused, kOneSplit>(p, total, orow, my_split, rA, rB);
-  if constexpr (kFused == Fused::combine) combine_outputs<kWarps * 32, kRowsPerCta>(p);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -472,7 +470,7 @@ void launch(const Params& p, int groups, int x_rows) {
   if (shared_x && small_mode == 2) small = true;
   // The shared-x kernels, with (kXEarly) or without the split before the wait; x_early in
   // more splits (a knob's) splits after it, the same bits.
-  constexpr bool kCanEarly = kGrouped && kRows == 1 && kOneSplit && kFused != Fused::combine;
+  constexpr bool kCanEarly = kGrouped && kRows == 1 && kOneSplit;
   auto shared_kernel = [&](auto early) {
     constexpr bool kE = decltype(early)::value;
     configure<E, kGrouped, true, kRows, kBig, kFused, kOneSplit, kE>();
@@ -515,12 +513,6 @@ void launch_rows(const Params& p, int groups, int x_rows) {
   if (p.pair > 0) return launch_fused<E, kGrouped, Fused::swiglu>(p, groups, x_rows);
   if constexpr (!kGrouped) {
     if (p.conv_w != nullptr) return launch_fused<E, false, Fused::conv>(p, groups, x_rows);
-  } else {
-    if (p.combine.counters != nullptr) {
-      check(p.splits == 1 && x_rows == 1, ErrorKind::internal,
-            "decode matmul: the combine ends only one token's product in one split");
-      return launch<E, true, 1, Fused::combine, true>(p, groups, x_rows);
-    }
   }
   assert(p.conv_w == nullptr);
   launch_fused<E, kGrouped, Fused::none>(p, groups, x_rows);

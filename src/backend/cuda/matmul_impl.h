@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/cuda/combine_impl.cuh"
 #include "backend/cuda/common.cuh"
 
 namespace hibana::cuda::mm {
@@ -72,18 +71,6 @@ struct Params {
   bool slice_known;
   int known_slice, known_row;
   MatPtr known_mat;
-  // Grouped decode launches of one token's down projection in one split (combine.counters
-  // non-null; moe.cu's experts_grouped decides, where combines_in_down): the kernel also does
-  // what combine_add_norm_split_kernel would after it, with its bits. out holds the pairs'
-  // outputs (combine.pairs.y); the last of a column tile's CTAs to finish (one a pair) combines
-  // the tile's columns into combine.out and adds them to the residual x, and the last tile to
-  // finish normalises x into normed. counters: [column tiles + 1], zero.
-  struct Combine {
-    Pairs pairs;
-    float* out;
-    ResidualArgs r;
-    int* counters;
-  } combine;
   // SwiGLU (decode kernel only; 0 otherwise): the weight is [gate ; up] with N = 2 * pair rows,
   // and out[m, j] = silu(row j's sum) * (row j + pair's sum) for j < pair.
   int64_t pair;
@@ -240,10 +227,6 @@ void describe_x(const Tensor& x, Params& p);
 // kernel family from the weight alone (never from the batch), so a row's bits do not depend on
 // the batch it is in.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups);
-
-// Whether a grouped product of this weight for one token runs in the decode kernel in one
-// split: where that kernel can end in the combine (Params::combine).
-bool one_token_in_one_split(const Params& p, Elt elt);
 
 // Tensor-core path (matmul_mma.cu): bf16 and fp8 weights with 16-byte aligned rows.
 bool mma_supports(const Params& p, Elt elt);

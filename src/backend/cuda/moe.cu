@@ -7,7 +7,6 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/cuda/combine_impl.cuh"
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/moe_impl.h"
 #include "backend/cuda/norm_impl.cuh"
@@ -57,6 +56,42 @@ const ExpertTables& tables_for(const ExpertWeights& ex) {
   return *static_cast<const ExpertTables*>(ex.cache.data.get());
 }
 
+// The pairs' outputs y [T * k, H] and their weights and ids [T, k]: what the combine adds.
+struct Pairs {
+  const float* y;
+  const float* weights;
+  const int32_t* ids;
+  int k;
+  int64_t H;
+};
+
+// sum_j weights[t, j] * y[t * k + j][c], j ascending, pairs with id -1 skipped (their y row was
+// never written). kBatch pairs' ids, weights and outputs are loaded before any is used: one
+// round trip per batch of pairs. y has a row for every pair, used or not, so the loads are in
+// bounds. (16 pairs a round trip, the 80B's 11 in one, measured the same: 1.004 and 0.999 at
+// batch 1 and 8, twenty-first slice.)
+__device__ __forceinline__ float combine_column(const Pairs& p, int64_t t, int64_t c) {
+  constexpr int kBatch = 8;
+  const int k = p.k;
+  float acc = 0.0f;
+  for (int j0 = 0; j0 < k; j0 += kBatch) {
+    int32_t id[kBatch];
+    float wv[kBatch], yv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t j = t * k + min(j0 + q, k - 1);
+      id[q] = j0 + q < k ? p.ids[j] : -1;
+      wv[q] = p.weights[j];
+      yv[q] = p.y[j * p.H + c];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      if (id[q] >= 0) acc = fmaf(wv[q], yv[q], acc);
+    }
+  }
+  return acc;
+}
+
 // out[t] = the combine of token t's pairs.
 __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) {
   pdl_start();
@@ -65,6 +100,18 @@ __global__ void moe_combine_kernel(Pairs p, int64_t T, float* out, int64_t ldo) 
   const int64_t t = i / p.H, c = i % p.H;
   out[t * ldo + c] = combine_column(p, t, c);
 }
+
+// The residual stream and the next layer's input norm (add_rmsnorm's wide kernel) that the
+// combine's kernel takes: x[t] += out[t], normed[t] = rmsnorm(x[t]).
+struct ResidualArgs {
+  float* x;
+  int64_t ldx;
+  const float* w;
+  float eps;
+  bool zero_centred;
+  float* normed;
+  int64_t ldn;
+};
 
 // The combine, the residual add and the norm in one kernel, the combine spread as
 // moe_combine_kernel spreads it: CTA (b, t) takes columns b * kWideThreads .. of token t, stores
@@ -133,12 +180,9 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
   // streamed before its wait where f.prefetch_down).
-  // combine: the down projection's kernel ends in the combine (Params::combine).
   auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, int64_t pair, bool reads_x,
-                     const Params::Combine* combine = nullptr) {
+                     int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
-    if (combine) p.combine = *combine;
     mm::describe_weight(w0, p);
     mm::describe_x(in, p);
     p.out = dst;
@@ -181,29 +225,19 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I, 0, true);
     silu_mul(gt, ut, gt);
   }
+  // The down projection's routing was written two or more launches back (gate/up in between):
+  // its decode kernel may stream its weights before it waits.
+  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, false);
   const Pairs pairs_out{y.as<float>(), weights.ptr<float>(), ids.ptr<int32_t>(),
                         static_cast<int>(k), H};
-  ResidualArgs r{};
   if (then) {
     check(add_rmsnorm_is_wide(then->x, then->weight, then->normed) && then->x.shape[0] == T &&
               then->x.shape[1] == H && then->normed.shape[0] == T && then->normed.shape[1] == H,
           ErrorKind::internal, "moe: the residual and its norm must be [T, H]");
-    r = {then->x.ptr<float>(),      ld(then->x),
-         then->weight.ptr<float>(), then->eps,
-         then->zero_centred,        then->normed.ptr<float>(),
-         ld(then->normed)};
-  }
-  // The down projection's routing was written two or more launches back (gate/up in between):
-  // its decode kernel may stream its weights before it waits. With f.down_combine, one token's
-  // down kernel also combines, adds and normalises (Params::combine): no launch after it.
-  if (then && f.down_combine && combines_in_down(T, experts)) {
-    const Params::Combine c{pairs_out, out.ptr<float>(), r,
-                            mm::finish_counters(static_cast<size_t>(H) + 1)};
-    grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, false, &c);
-    return;
-  }
-  grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, false);
-  if (then) {
+    const ResidualArgs r{then->x.ptr<float>(),      ld(then->x),
+                         then->weight.ptr<float>(), then->eps,
+                         then->zero_centred,        then->normed.ptr<float>(),
+                         ld(then->normed)};
     const dim3 grid(static_cast<unsigned>((H + kWideThreads - 1) / kWideThreads),
                     static_cast<unsigned>(T));
     int* counters = mm::finish_counters(static_cast<size_t>(T));
@@ -237,13 +271,6 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   f.swiglu = fuse_swiglu;
   f.prefetch_down = prefetch_down;
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
-}
-
-bool combines_in_down(int64_t tokens, const ExpertWeights& experts) {
-  if (tokens != 1 || experts.down.empty()) return false;
-  Params p{};
-  mm::describe_weight(experts.down[0], p);
-  return mm::one_token_in_one_split(p, elt_of(experts.down[0].w.dtype));
 }
 
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,

@@ -32,18 +32,13 @@ void with_wide_cached(int64_t G, F&& f) {
 }
 
 // The norm weights of a thread's first kC values (constants: a kernel loads them before it
-// waits for the previous one). kCta: the threads running the norm (kWideThreads, or fewer:
-// each then plays kWideThreads / kCta of the 256 threads, wv holding kC values for each).
-template <int kCta = kWideThreads, int kN>
-__device__ __forceinline__ void wide_norm_weights(const float* w, int64_t G, float (&wv)[kN]) {
-  constexpr int kSub = kWideThreads / kCta, kC = kN / kSub;
+// waits for the previous one).
+template <int kC>
+__device__ __forceinline__ void wide_norm_weights(const float* w, int64_t G, float (&wv)[kC]) {
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-      const int64_t i = threadIdx.x + kCta * s + kWideThreads * j;
-      wv[s * kC + j] = i < G ? w[i] : 0.0f;
-    }
+  for (int j = 0; j < kC; ++j) {
+    const int64_t i = threadIdx.x + kWideThreads * j;
+    wv[j] = i < G ? w[i] : 0.0f;
   }
 }
 
@@ -55,17 +50,12 @@ __device__ __forceinline__ void wide_norm_weights(const float* w, int64_t G, flo
 // pass issues before any store — a store may alias a later load (x is updated in place, y may
 // be x), so interleaved, each load waits for the one before (a 4096-wide add + norm took 14.2
 // us on the H200 that way). kL2: x is read from L2 (__ldcg), where other CTAs of the kernel
-// wrote it (the combine's split form, moe.cu). kCta: the CTA's threads, kWideThreads or fewer
-// (the decode matmul's 128 that end in the combine): thread t then plays the 256 threads t,
-// t + kCta, ... (sub-thread s), each with its own values and sum, and its warp plays their
-// warps (t / 32 + s * kCta / 32), so the sums and their order are those of 256 threads.
-template <bool kGated, bool kAdd, bool kL2 = false, int kCta = kWideThreads, int kN>
+// wrote it (the combine's split form, moe.cu).
+template <bool kGated, bool kAdd, bool kL2 = false, int kC>
 __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr, const float* ar,
-                                                const float* w, const float (&wv)[kN], float eps,
-                                                bool zero_centred, int64_t G, float* yr) {
-  static_assert(kWideThreads % kCta == 0 && kCta % 32 == 0, "threads");
-  constexpr int kSub = kWideThreads / kCta, kC = kN / kSub;
-  static_assert(kC * kSub == kN, "values");
+                                                const float* w, const float (&wv)[kC],
+                                                float eps, bool zero_centred, int64_t G,
+                                                float* yr) {
   float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
   auto x_at = [&](int64_t i) { return kL2 ? __ldcg(xr + i) : xr[i]; };
   auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
@@ -77,82 +67,59 @@ __device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr
       return x_at(i);
     }
   };
-  // Value j of sub-thread s: element at(s, j).
-  auto at = [](int s, int j) {
-    return static_cast<int64_t>(threadIdx.x) + kCta * s + static_cast<int64_t>(kWideThreads) * j;
-  };
   __shared__ float part[kWideThreads / 32];
-  float v[kN], zv[kN];
+  float v[kC], zv[kC];
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-      const int64_t i = at(s, j);
-      v[s * kC + j] = i < G ? x_at(i) : 0.0f;
-      if constexpr (kGated) zv[s * kC + j] = i < G ? zr[i] : 0.0f;
-    }
+  for (int j = 0; j < kC; ++j) {
+    const int64_t i = threadIdx.x + kWideThreads * j;
+    v[j] = i < G ? x_at(i) : 0.0f;
+    if constexpr (kGated) zv[j] = i < G ? zr[i] : 0.0f;
   }
   if constexpr (kAdd) {
-    float a[kN];
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-      for (int j = 0; j < kC; ++j) {
-        const int64_t i = at(s, j);
-        a[s * kC + j] = i < G ? ar[i] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-      for (int j = 0; j < kC; ++j) {
-        const int64_t i = at(s, j);
-        if (i < G) {
-          v[s * kC + j] = v[s * kC + j] + a[s * kC + j];
-          xw[i] = v[s * kC + j];
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < kSub; ++s) {
-    float ss = 0.0f;
+    float a[kC];
 #pragma unroll
     for (int j = 0; j < kC; ++j) {
-      ss = fmaf(v[s * kC + j], v[s * kC + j], ss);  // (adds exact zeros past G)
+      const int64_t i = threadIdx.x + kWideThreads * j;
+      a[j] = i < G ? ar[i] : 0.0f;
     }
-#pragma unroll 1
-    for (int64_t i = at(s, kC); i < G; i += kWideThreads) {  // (rows past the cached values)
-      const float xi = load(i);
-      ss = fmaf(xi, xi, ss);
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+      const int64_t i = threadIdx.x + kWideThreads * j;
+      if (i < G) {
+        v[j] = v[j] + a[j];
+        xw[i] = v[j];
+      }
     }
-    ss = warp_sum(ss);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32 + s * (kCta / 32)] = ss;
   }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kC; ++j) ss = fmaf(v[j], v[j], ss);  // (adds exact zeros past G)
+  for (int64_t i = threadIdx.x + kWideThreads * kC; i < G; i += kWideThreads) {
+    const float xi = load(i);
+    ss = fmaf(xi, xi, ss);
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
   float total = 0.0f;
 #pragma unroll
   for (int i = 0; i < kWideThreads / 32; ++i) total += part[i];
   const float inv = rms_inverse(total, static_cast<float>(G), eps);
-  // (x * inv) * (1 + w) zero-centred, else w * (x * inv): one product either way (IEEE
-  // products commute), so each element's code is inlined once.
-  auto norm = [&](float xi, float wi) { return (xi * inv) * (zero_centred ? 1.0f + wi : wi); };
+  auto norm = [&](float xi, float wi) {
+    return zero_centred ? (xi * inv) * (1.0f + wi) : wi * (xi * inv);
+  };
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-      const int64_t i = at(s, j);
-      if (i >= G) continue;
-      float y = norm(v[s * kC + j], wv[s * kC + j]);
-      if constexpr (kGated) y *= silu_f(zv[s * kC + j]);
-      yr[i] = y;
-    }
-#pragma unroll 1
-    for (int64_t i = at(s, kC); i < G; i += kWideThreads) {
-      float y = norm(x_at(i), w[i]);
-      if constexpr (kGated) y *= silu_f(zr[i]);
-      yr[i] = y;
-    }
+  for (int j = 0; j < kC; ++j) {
+    const int64_t i = threadIdx.x + kWideThreads * j;
+    if (i >= G) continue;
+    float y = norm(v[j], wv[j]);
+    if constexpr (kGated) y *= silu_f(zv[j]);
+    yr[i] = y;
+  }
+  for (int64_t i = threadIdx.x + kWideThreads * kC; i < G; i += kWideThreads) {
+    float y = norm(x_at(i), w[i]);
+    if constexpr (kGated) y *= silu_f(zr[i]);
+    yr[i] = y;
   }
 }
 

@@ -77,11 +77,8 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
-// down_combine: with `then`, at one token whose down projection runs in one split of the
-// decode kernel (combines_in_down), that kernel also does the combine, the add and the norm
-// (mm::Params::combine), one launch fewer.
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, x_early, shared_early, down_combine;
+  bool route, swiglu, prefetch_down, x_early, shared_early;
 };
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
@@ -91,9 +88,6 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
 // routing's experts (plus the shared one when there is a shared gate).
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,
                       const ExpertWeights& experts);
-// Whether the experts' down projection for these tokens can end in the combine
-// (MoeFusions::down_combine): one token, a down projection in one split of the decode kernel.
-bool combines_in_down(int64_t tokens, const ExpertWeights& experts);
 
 // sampling.cu
 void penalise_rows(const Tensor& logits, const LogitsPenalties& penalties, Tensor out);

@@ -3,7 +3,7 @@
 # minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
 # ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
 # timeline and profile). The calls already run are in git history (5675f6a has calls 1-13,
-# 450dc27 14-19; call 17, op_chain's graph-ctr way, ran in the twenty-fourth slice: f09839e).
+# 450dc27 14-19; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8

@@ -283,6 +283,64 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
   }
 }
 
+// The top-k through its candidates (k <= 32: the keys at least the k-th largest of the lanes'
+// largest, gathered where at most 32 reach it, else the rounds over every key) picks the CPU's
+// experts, in a batch (moe_route; moe_route_experts with the routing in its launch) and each
+// token alone (one warp routes and groups it) with the batch's weight bits. Rows: random; the
+// k largest held by as few lanes as can hold them (experts 7, 39, ...: lane 7's ten at 512);
+// 20 experts tied for the largest (gathered, ties to the lower experts); 40 tied (more than 32
+// reach the threshold); one large logit and the rest equal (every other probability 0, tied).
+TEST_F(CudaFusedOps, TopKThroughItsCandidatesPicksTheCpusExperts) {
+  const int64_t H = 128, I = 32, T = 5;
+  for (const RouteCase& c :
+       {RouteCase{512, 10, true}, RouteCase{500, 10, false}, RouteCase{64, 31, true}}) {
+    SCOPED_TRACE(testing::Message() << c.E << " experts, top-" << c.k);
+    const int64_t E = c.E, k = c.k, pairs = k + (c.shared ? 1 : 0);
+    const PooledExperts pooled(*this, E + (c.shared ? 1 : 0), H, I);
+    std::vector<float> logits = randn(T * E, 41), gate = randn(T, 42), x = randn(T * H, 43);
+    const std::vector<float> noise = randn(T * E, 44);
+    for (int64_t t = 1; t < T; ++t) {
+      for (int64_t e = 0; e < E; ++e) logits[t * E + e] = -1.0f - std::fabs(noise[t * E + e]);
+    }
+    const int64_t per_lane = E / 32;
+    for (int64_t j = 0; j < k; ++j) logits[E + (7 + 32 * j + j / per_lane) % E] = 4.0f + j;
+    for (int64_t j = 0; j < 40; ++j) {
+      if (j < 20) logits[2 * E + (3 + 11 * j) % E] = 3.0f;
+      logits[3 * E + (3 + 11 * j) % E] = 3.0f;
+    }
+    for (int64_t e = 0; e < E; ++e) logits[4 * E + e] = e == 9 ? 200.0f : 0.0f;
+    std::vector<int32_t> ids_c(T * pairs);
+    std::vector<float> w_c(T * pairs);
+    const Tensor gate_h = c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{};
+    cpu->moe_route(Tensor(logits.data(), DType::f32, {T, E}), k, true, gate_h,
+                   Tensor(ids_c.data(), DType::i32, {T, pairs}),
+                   Tensor(w_c.data(), DType::f32, {T, pairs}));
+    const Tensor lg = upload(logits.data(), DType::f32, {T, E}),
+                 gd = c.shared ? upload(gate.data(), DType::f32, {T, 1}) : Tensor{},
+                 xd = upload(x.data(), DType::f32, {T, H});
+    const std::vector<int32_t> zero(T * pairs, 0);
+    const Tensor ids = upload(zero.data(), DType::i32, {T, pairs}), w = device_f32(T, pairs);
+    gpu->moe_route(lg, k, true, gd, ids, w);
+    EXPECT_EQ(download_ids(ids), ids_c);
+    const std::vector<float> w_g = download(w);
+    EXPECT_LT(max_abs_diff(w_g, w_c), 1e-6f);
+    ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
+    const Tensor ids_b = upload(zero.data(), DType::i32, {T, pairs}), w_b = device_f32(T, pairs);
+    gpu->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H),
+                           nullptr);
+    expect_same_bytes({{"ids, batch", ids, ids_b}, {"weights, batch", w, w_b}});
+    for (int64_t t = 0; t < T; ++t) {
+      SCOPED_TRACE(testing::Message() << "row " << t << " alone");
+      const Tensor ids1 = upload(zero.data(), DType::i32, {1, pairs}), w1 = device_f32(1, pairs);
+      gpu->moe_route_experts(xd.slice_rows(t, t + 1), lg.slice_rows(t, t + 1), k, true,
+                             c.shared ? gd.slice_rows(t, t + 1) : Tensor{}, pooled.dev, ids1, w1,
+                             device_f32(1, H), nullptr);
+      expect_same_bytes({{"ids", ids.slice_rows(t, t + 1), ids1},
+                         {"weights", w.slice_rows(t, t + 1), w1}});
+    }
+  }
+}
+
 // A DeltaNet layer's input projection with its conv in one decode-kernel launch
 // (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
 // conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows

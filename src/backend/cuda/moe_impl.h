@@ -12,7 +12,8 @@ namespace hibana::cuda {
 // this: offsets [E + 1] (group e is rows[offsets[e] .. offsets[e + 1])), rows [pairs] (pair
 // indices t * k + j), the experts that got any pair, ascending (active[0 .. *n_active)), and
 // where each active expert's tiles of mm::kTiledTokens rows start in the tiled kernel's list
-// (tile_start[0 .. *n_active]).
+// (tile_start[0 .. *n_active]). The grouped launches read offsets only at an active expert and
+// the entry after it; a one-token routing (route_one_kernel) writes only those.
 struct Grouping {
   Grouping(int experts, int64_t pair_count)
       : E(experts),

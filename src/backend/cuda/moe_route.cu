@@ -35,15 +35,82 @@ __device__ __forceinline__ unsigned prob_key(float p) {
   return p != p ? 1u : __float_as_uint(p + 0.0f) + 2u;
 }
 
-// Lane l holds the keys of experts l, l + 32, ...: in registers when E <= 32 * kPer (the decode
-// case: no memory traffic between the rounds), else in `keys`. Both forms pick the same experts
-// with the same weights. Each round a lane finds its largest key (the lowest expert among equal
-// keys: a tree of adjacent pairs, whose right halves hold the higher experts), then the warp
-// the largest of those and the lowest expert holding it (two warp reductions).
-// Returns the expert of pair `lane` of the token where its pairs fit the warp (k, with a shared
-// expert k + 1, at most 32), else -1.
+// A lane's largest key among the kPer it holds in registers and its slot (the lowest slot among
+// equal keys: a tree of adjacent pairs, whose right halves hold the higher slots).
 template <int kPer>
-__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane) {
+__device__ __forceinline__ unsigned lane_best(const unsigned (&reg)[kPer], int& slot) {
+  unsigned kk[kPer];
+  int ks[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    kk[i] = reg[i];
+    ks[i] = i;
+  }
+#pragma unroll
+  for (int w = 1; w < kPer; w *= 2) {
+#pragma unroll
+    for (int i = 0; i + w < kPer; i += 2 * w) {
+      if (kk[i + w] > kk[i]) {
+        kk[i] = kk[i + w];
+        ks[i] = ks[i + w];
+      }
+    }
+  }
+  slot = ks[0];
+  return kk[0];
+}
+
+// The top-k's candidates, one (key, expert) per lane, where k <= 32 and few keys can be picked:
+// tau, the k-th largest of the lanes' largest keys, bounds the k-th largest key from below (k
+// distinct experts hold a key >= tau), so every pick holds a key >= tau. Where at most 32 keys
+// do (the usual case: ~k), they are gathered into `cand` (the warp's 32 entries of shared
+// memory) and lane l takes the l-th (key 0 past them); else returns false (warp-uniform) and
+// the rounds go over every key. This replaces k rounds of a 4-level tree and a clearing pass
+// over each lane's kPer keys by k rounds of two warp reductions on one register.
+template <int kPer>
+__device__ __forceinline__ bool gather_candidates(const unsigned (&reg)[kPer], int k, int lane,
+                                                  uint2* cand, unsigned& key, unsigned& expert) {
+  int slot;
+  unsigned v = lane_best(reg, slot), tau = 0u;
+  for (int j = 0; j < k; ++j) {
+    tau = __reduce_max_sync(~0u, v);
+    const unsigned who = __reduce_min_sync(~0u, v == tau ? static_cast<unsigned>(lane) : 32u);
+    if (static_cast<unsigned>(lane) == who) v = 0u;
+  }
+  tau = max(tau, 1u);  // (keys of experts past E are 0)
+  int c = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) c += reg[i] >= tau;
+  const unsigned count = __reduce_add_sync(~0u, static_cast<unsigned>(c));
+  if (count > 32u) return false;
+  int pos = c;  // inclusive scan of the lanes' counts, then exclusive
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(~0u, pos, o);
+    if (lane >= o) pos += y;
+  }
+  pos -= c;
+  __syncwarp();  // (the warp's reads of its previous token's candidates are done)
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (reg[i] >= tau) cand[pos++] = make_uint2(reg[i], static_cast<unsigned>(lane + 32 * i));
+  }
+  __syncwarp();
+  const uint2 mine = static_cast<unsigned>(lane) < count ? cand[lane] : make_uint2(0u, UINT_MAX);
+  key = mine.x;
+  expert = mine.y;
+  return true;
+}
+
+// Lane l holds the keys of experts l, l + 32, ...: in registers when E <= 32 * kPer (the decode
+// case: no memory traffic between the rounds), else in `keys`. Every way picks the same experts
+// with the same weights: each round the largest key and the lowest expert holding it (two warp
+// reductions), over the candidates where gather_candidates finds few, else over each lane's
+// largest key (lane_best, or a loop over the keys in memory).
+// Returns the expert of pair `lane` of the token where its pairs fit the warp (k, with a shared
+// expert k + 1, at most 32), else -1. cand: the warp's 32 entries of shared memory.
+template <int kPer>
+__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane, uint2* cand) {
   const int64_t E = a.E;
   const int k = a.k;
   const float gate = a.shared_gate ? a.shared_gate[t * a.ldg] : 0.0f;  // (loaded with the logits)
@@ -79,41 +146,10 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
   }
   float total = 0.0f, mine = 0.0f;
   int mine_e = 0;
-  for (int j = 0; j < k; ++j) {
-    unsigned key = 0u;
-    int slot = 0;
-    if constexpr (kPer > 0) {
-      unsigned kk[kPer];
-      int ks[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        kk[i] = reg[i];
-        ks[i] = i;
-      }
-#pragma unroll
-      for (int w = 1; w < kPer; w *= 2) {
-#pragma unroll
-        for (int i = 0; i + w < kPer; i += 2 * w) {
-          if (kk[i + w] > kk[i]) {
-            kk[i] = kk[i + w];
-            ks[i] = ks[i + w];
-          }
-        }
-      }
-      key = kk[0];
-      slot = ks[0];
-    } else {
-      for (int i = 0; i < n; ++i) {
-        const unsigned v = lane + 32 * i < E ? at(i) : 0u;
-        if (v > key) {
-          key = v;
-          slot = i;
-        }
-      }
-    }
-    const unsigned top = __reduce_max_sync(0xffffffffu, key);
-    const int best_e = static_cast<int>(__reduce_min_sync(
-        0xffffffffu, key == top ? static_cast<unsigned>(lane + 32 * slot) : UINT_MAX));
+  // Round j's pick: the largest of the lanes' keys and the lowest expert holding it.
+  auto take = [&](int j, unsigned key, unsigned expert) {
+    const unsigned top = __reduce_max_sync(~0u, key);
+    const int best_e = static_cast<int>(__reduce_min_sync(~0u, key == top ? expert : UINT_MAX));
     const float best = top >= 2u ? __uint_as_float(top - 2u) : 0.0f;  // a NaN's pick weighs 0
     if (lane == j) {
       mine = best;
@@ -124,9 +160,35 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
       a.weights[t * a.ldo + j] = best;
     }
     total += best;
+    return best_e;
+  };
+  unsigned ckey = 0u, cexp = 0u;
+  bool few = false;
+  if constexpr (kPer > 0) few = k <= 32 && gather_candidates(reg, k, lane, cand, ckey, cexp);
+  if (few) {
+    for (int j = 0; j < k; ++j) {
+      if (static_cast<int>(cexp) == take(j, ckey, cexp)) ckey = 0u;  // taken
+    }
+  } else {
+    for (int j = 0; j < k; ++j) {
+      unsigned key = 0u;
+      int slot = 0;
+      if constexpr (kPer > 0) {
+        key = lane_best(reg, slot);
+      } else {
+        for (int i = 0; i < n; ++i) {
+          const unsigned v = lane + 32 * i < E ? at(i) : 0u;
+          if (v > key) {
+            key = v;
+            slot = i;
+          }
+        }
+      }
+      const int best_e = take(j, key, static_cast<unsigned>(lane + 32 * slot));
 #pragma unroll
-    for (int i = 0; i < n; ++i) {
-      if (lane + 32 * i == best_e) at(i) = 0u;  // taken
+      for (int i = 0; i < n; ++i) {
+        if (lane + 32 * i == best_e) at(i) = 0u;  // taken
+      }
     }
   }
   // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
@@ -147,11 +209,14 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
   return lane < k ? mine_e : lane < a.ldo ? static_cast<int>(E) : -1;
 }
 
+constexpr int kRouteThreads = 128;
+
 template <int kPer>
-__global__ void moe_route_kernel(RouteArgs a) {
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(RouteArgs a) {
+  __shared__ uint2 cand[kRouteThreads / 32][32];
   pdl_start();
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (t < a.T) route_token<kPer>(a, t, threadIdx.x % 32);
+  if (t < a.T) route_token<kPer>(a, t, threadIdx.x % 32, cand[threadIdx.x / 32]);
 }
 
 struct GroupArgs {
@@ -285,9 +350,12 @@ __global__ void __launch_bounds__(kGroupThreads) group_by_expert_kernel(GroupArg
 // groups the pairs they stored (a CTA's global stores are visible to it past the barrier).
 template <int kPer>
 __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs a, GroupArgs g) {
+  __shared__ uint2 cand[kGroupThreads / 32][32];
   pdl_start();
   const int warps = blockDim.x / 32;
-  for (int64_t t = threadIdx.x / 32; t < a.T; t += warps) route_token<kPer>(a, t, threadIdx.x % 32);
+  for (int64_t t = threadIdx.x / 32; t < a.T; t += warps) {
+    route_token<kPer>(a, t, threadIdx.x % 32, cand[threadIdx.x / 32]);
+  }
   __syncthreads();
   group_pairs(g);
 }
@@ -295,37 +363,40 @@ __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs a,
 // route_and_group for one token (decode at batch 1), one warp: the routing as above, then the
 // grouping group_pairs would give, without its barriers. The token's pairs go to distinct
 // experts (the top-k's picks, and the shared expert past them), so each active expert has one
-// row and one tile: a pair's place in the grouped order is offsets[its expert], the number of
-// pairs with a lower expert. offsets[x] is found 32 experts at a time from the bits of the
-// experts the warp's pairs hold in that range. Against route_group_kernel's
-// 1024 threads: 6.2 -> 4.7 us of the 80B's batch-1 step per MoE layer, the step 1.032 times as
-// fast on an H100 (tools/gpu/check.sh timeline and ab; docs/benchmarks.md, nineteenth slice).
-// (route_group_kernel with one warp instead of 1024 threads was slower: 6.9 us.)
+// row and one tile: a pair's place in the grouped order is the number of pairs with a lower
+// expert (32 exchanges between the lanes). Of offsets it writes only what the grouped launches
+// read, the entries of the active experts and the ones after them (Grouping). Against
+// route_group_kernel's 1024 threads: 6.2 -> 4.7 us of the 80B's batch-1 step per MoE layer, the
+// step 1.032 times as fast on an H100 (tools/gpu/check.sh timeline and ab; docs/benchmarks.md,
+// nineteenth slice). (route_group_kernel with one warp instead of 1024 threads was slower: 6.9
+// us.)
 template <int kPer>
 __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g) {
+  __shared__ uint2 cand[32];
   pdl_start();
   const int lane = threadIdx.x;
-  const int e = route_token<kPer>(a, 0, lane), E = g.E;
+  const int e = route_token<kPer>(a, 0, lane, cand), E = g.E;
   const bool valid = e >= 0 && e < E;  // (group_pairs skips ids outside [0, E) too)
   const unsigned same = __match_any_sync(~0u, e);  // (every lane calls it)
   assert(!valid || __popc(same) == 1);              // distinct experts
   (void)same;
-  int below = 0, base = 0;  // below: this pair's place, the pairs with a lower expert
-  for (int x0 = 0; x0 <= E; x0 += 32) {
-    const bool here = valid && e >= x0 && e < x0 + 32;
-    const unsigned bits = __reduce_or_sync(~0u, here ? 1u << (e - x0) : 0u);
-    if (x0 + lane <= E) g.offsets[x0 + lane] = base + __popc(bits & ((1u << lane) - 1u));
-    if (here) below = base + __popc(bits & ((1u << (e - x0)) - 1u));
-    base += __popc(bits);
+  int below = 0;  // this pair's place: the pairs with a lower expert
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int x = __shfl_sync(~0u, e, j);
+    below += x >= 0 && x < e;  // (x < e < E where this pair is valid)
   }
+  const unsigned pairs = __reduce_add_sync(~0u, valid ? 1u : 0u);
   if (valid) {
+    g.offsets[e] = below;  // (where e + 1 is active too, both write below + 1 there)
+    g.offsets[e + 1] = below + 1;
     g.rows[below] = lane;
     g.active[below] = e;
     g.tile_start[below] = below;
   }
-  if (lane == 0) {  // base: every valid pair
-    *g.n_active = base;
-    g.tile_start[base] = base;
+  if (lane == 0) {
+    *g.n_active = static_cast<int32_t>(pairs);
+    g.tile_start[pairs] = static_cast<int32_t>(pairs);
   }
 }
 
@@ -378,7 +449,8 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& 
   RouteArgs a = route_args(logits, k, renormalise, shared_gate, ids, weights);
   if (a.T == 0) return;
   with_keys_per_lane(a, [&](auto per) {
-    launch_pdl(moe_route_kernel<decltype(per)::value>, blocks_for(a.T * 32, 128), 128, 0, a);
+    launch_pdl(moe_route_kernel<decltype(per)::value>, blocks_for(a.T * 32, kRouteThreads),
+               kRouteThreads, 0, a);
     launched("moe_route_kernel");
   });
 }

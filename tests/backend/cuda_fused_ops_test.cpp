@@ -184,8 +184,8 @@ struct RouteCase {
 // tokens): the ids, weights and expert outputs of moe_route then moe_experts, bit for bit, and
 // the CPU's. Expert counts of each routing kernel (keys in registers: 64 and the 80B's 512 with
 // its shared expert as expert 512; in memory: 600), 1, 5 and 32 tokens, and 33 (the two ops).
-// One token is routed and grouped by one warp (route_one_kernel) where its pairs fit one: top-31
-// and the shared expert are the most that do, top-32 and the shared expert one more.
+// One token is routed and grouped in one CTA (route_one_kernel) where its pairs fit a warp:
+// top-31 and the shared expert are the most that do, top-32 and the shared expert one more.
 // A token with a NaN logit (a padding row's) picks experts 0 .. k-1 on both paths. One token
 // also with the shared expert's gate/up slice run before the routing is known and after it
 // (HIBANA_CUDA_SHARED_EXPERT_EARLY, on by default).
@@ -283,17 +283,20 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
   }
 }
 
-// The top-k through its candidates (k <= 32: the keys at least the k-th largest of the lanes'
-// largest, gathered where at most 32 reach it, else the rounds over every key) picks the CPU's
-// experts, in a batch (moe_route; moe_route_experts with the routing in its launch) and each
-// token alone (one warp routes and groups it) with the batch's weight bits. Rows: random; the
-// k largest held by as few lanes as can hold them (experts 7, 39, ...: lane 7's ten at 512);
-// 20 experts tied for the largest (gathered, ties to the lower experts); 40 tied (more than 32
-// reach the threshold); one large logit and the rest equal (every other probability 0, tied).
+// One token's routing in one CTA (route_one_kernel: the top-k through its candidates, the keys
+// at least the k-th largest of each warp's largest, gathered where at most 32 reach it, else
+// route_token's rounds over every key) picks the CPU's experts with a batch's bits (moe_route,
+// and moe_route_experts with the routing in its launch: a warp a token, route_token). Rows:
+// random; the k largest held by as few lanes as can hold them (experts 7, 39, ...); 20 experts
+// tied for the largest (gathered, ties to the lower experts); 40 tied (more than 32 reach the
+// threshold); one large logit and the rest equal (every other probability 0, tied). Expert
+// counts: the 80B's 512 (16 warps, one key each for the threshold), 500 (a warp part empty),
+// 1000 (32 warps; keys in memory where it falls back), 64 with top-31 (two warps, 16 each).
 TEST_F(CudaFusedOps, TopKThroughItsCandidatesPicksTheCpusExperts) {
   const int64_t H = 128, I = 32, T = 5;
   for (const RouteCase& c :
-       {RouteCase{512, 10, true}, RouteCase{500, 10, false}, RouteCase{64, 31, true}}) {
+       {RouteCase{512, 10, true}, RouteCase{500, 10, false}, RouteCase{1000, 8, true},
+        RouteCase{64, 31, true}}) {
     SCOPED_TRACE(testing::Message() << c.E << " experts, top-" << c.k);
     const int64_t E = c.E, k = c.k, pairs = k + (c.shared ? 1 : 0);
     const PooledExperts pooled(*this, E + (c.shared ? 1 : 0), H, I);

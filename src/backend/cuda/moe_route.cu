@@ -35,82 +35,65 @@ __device__ __forceinline__ unsigned prob_key(float p) {
   return p != p ? 1u : __float_as_uint(p + 0.0f) + 2u;
 }
 
-// A lane's largest key among the kPer it holds in registers and its slot (the lowest slot among
-// equal keys: a tree of adjacent pairs, whose right halves hold the higher slots).
-template <int kPer>
-__device__ __forceinline__ unsigned lane_best(const unsigned (&reg)[kPer], int& slot) {
-  unsigned kk[kPer];
-  int ks[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    kk[i] = reg[i];
-    ks[i] = i;
+// A token's picks as its warp's rounds find them: lane j keeps the j-th, and every lane the
+// total of the picks' probabilities (summed in the rounds' order).
+struct Picks {
+  float total = 0.0f, mine = 0.0f;
+  int mine_e = 0;
+};
+
+// Round j of token t's top-k, over one (key, expert) per lane: the largest key and the lowest
+// expert holding it (two warp reductions). Returns the expert; more than 32 picks are stored
+// in their rounds.
+__device__ __forceinline__ int take_pick(const RouteArgs& a, int64_t t, int lane, int j,
+                                         unsigned key, unsigned expert, Picks& p) {
+  const unsigned top = __reduce_max_sync(~0u, key);
+  const int best_e = static_cast<int>(__reduce_min_sync(~0u, key == top ? expert : UINT_MAX));
+  const float best = top >= 2u ? __uint_as_float(top - 2u) : 0.0f;  // a NaN's pick weighs 0
+  if (lane == j) {
+    p.mine = best;
+    p.mine_e = best_e;
   }
-#pragma unroll
-  for (int w = 1; w < kPer; w *= 2) {
-#pragma unroll
-    for (int i = 0; i + w < kPer; i += 2 * w) {
-      if (kk[i + w] > kk[i]) {
-        kk[i] = kk[i + w];
-        ks[i] = ks[i + w];
-      }
-    }
+  if (a.k > 32 && lane == 0) {
+    a.ids[t * a.ldo + j] = best_e;
+    a.weights[t * a.ldo + j] = best;
   }
-  slot = ks[0];
-  return kk[0];
+  p.total += best;
+  return best_e;
 }
 
-// The top-k's candidates, one (key, expert) per lane, where k <= 32 and few keys can be picked:
-// tau, the k-th largest of the lanes' largest keys, bounds the k-th largest key from below (k
-// distinct experts hold a key >= tau), so every pick holds a key >= tau. Where at most 32 keys
-// do (the usual case: ~k), they are gathered into `cand` (the warp's 32 entries of shared
-// memory) and lane l takes the l-th (key 0 past them); else returns false (warp-uniform) and
-// the rounds go over every key. This replaces k rounds of a 4-level tree and a clearing pass
-// over each lane's kPer keys by k rounds of two warp reductions on one register.
-template <int kPer>
-__device__ __forceinline__ bool gather_candidates(const unsigned (&reg)[kPer], int k, int lane,
-                                                  uint2* cand, unsigned& key, unsigned& expert) {
-  int slot;
-  unsigned v = lane_best(reg, slot), tau = 0u;
-  for (int j = 0; j < k; ++j) {
-    tau = __reduce_max_sync(~0u, v);
-    const unsigned who = __reduce_min_sync(~0u, v == tau ? static_cast<unsigned>(lane) : 32u);
-    if (static_cast<unsigned>(lane) == who) v = 0u;
+// Stores token t's picks after its k rounds, and the shared expert's pair (gate: its logit).
+// Returns the expert of pair `lane` where the token's pairs fit the warp (k, with a shared
+// expert k + 1, at most 32), else -1.
+__device__ __forceinline__ int store_picks(const RouteArgs& a, int64_t t, int lane,
+                                           const Picks& p, float gate) {
+  const int k = a.k;
+  // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
+  // at once; more picks went out in their rounds and are divided here (load, divide, store).
+  if (k <= 32) {
+    if (lane < k) {
+      a.ids[t * a.ldo + lane] = p.mine_e;
+      a.weights[t * a.ldo + lane] = a.renormalise ? p.mine / p.total : p.mine;
+    }
+  } else if (a.renormalise && lane == 0) {
+    for (int j = 0; j < k; ++j) a.weights[t * a.ldo + j] /= p.total;
   }
-  tau = max(tau, 1u);  // (keys of experts past E are 0)
-  int c = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) c += reg[i] >= tau;
-  const unsigned count = __reduce_add_sync(~0u, static_cast<unsigned>(c));
-  if (count > 32u) return false;
-  int pos = c;  // inclusive scan of the lanes' counts, then exclusive
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(~0u, pos, o);
-    if (lane >= o) pos += y;
+  if (a.shared_gate && lane == 0) {
+    a.ids[t * a.ldo + k] = static_cast<int32_t>(a.E);
+    a.weights[t * a.ldo + k] = sigmoid_f(gate);
   }
-  pos -= c;
-  __syncwarp();  // (the warp's reads of its previous token's candidates are done)
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (reg[i] >= tau) cand[pos++] = make_uint2(reg[i], static_cast<unsigned>(lane + 32 * i));
-  }
-  __syncwarp();
-  const uint2 mine = static_cast<unsigned>(lane) < count ? cand[lane] : make_uint2(0u, UINT_MAX);
-  key = mine.x;
-  expert = mine.y;
-  return true;
+  if (a.ldo > 32) return -1;
+  return lane < k ? p.mine_e : lane < a.ldo ? static_cast<int>(a.E) : -1;
 }
 
 // Lane l holds the keys of experts l, l + 32, ...: in registers when E <= 32 * kPer (the decode
-// case: no memory traffic between the rounds), else in `keys`. Every way picks the same experts
-// with the same weights: each round the largest key and the lowest expert holding it (two warp
-// reductions), over the candidates where gather_candidates finds few, else over each lane's
-// largest key (lane_best, or a loop over the keys in memory).
-// Returns the expert of pair `lane` of the token where its pairs fit the warp (k, with a shared
-// expert k + 1, at most 32), else -1. cand: the warp's 32 entries of shared memory.
+// case: no memory traffic between the rounds), else in `keys`. Both forms pick the same experts
+// with the same weights. Each round a lane finds its largest key (the lowest expert among equal
+// keys: a tree of adjacent pairs, whose right halves hold the higher experts), then the warp
+// the largest of those and the lowest expert holding it (take_pick).
+// Returns store_picks' expert of pair `lane`.
 template <int kPer>
-__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane, uint2* cand) {
+__device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int lane) {
   const int64_t E = a.E;
   const int k = a.k;
   const float gate = a.shared_gate ? a.shared_gate[t * a.ldg] : 0.0f;  // (loaded with the logits)
@@ -144,79 +127,55 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
   for (int i = 0; i < n; ++i) {
     if (lane + 32 * i < E) at(i) = prob_key(__uint_as_float(at(i)) / sum);
   }
-  float total = 0.0f, mine = 0.0f;
-  int mine_e = 0;
-  // Round j's pick: the largest of the lanes' keys and the lowest expert holding it.
-  auto take = [&](int j, unsigned key, unsigned expert) {
-    const unsigned top = __reduce_max_sync(~0u, key);
-    const int best_e = static_cast<int>(__reduce_min_sync(~0u, key == top ? expert : UINT_MAX));
-    const float best = top >= 2u ? __uint_as_float(top - 2u) : 0.0f;  // a NaN's pick weighs 0
-    if (lane == j) {
-      mine = best;
-      mine_e = best_e;
-    }
-    if (k > 32 && lane == 0) {
-      a.ids[t * a.ldo + j] = best_e;
-      a.weights[t * a.ldo + j] = best;
-    }
-    total += best;
-    return best_e;
-  };
-  unsigned ckey = 0u, cexp = 0u;
-  bool few = false;
-  if constexpr (kPer > 0) few = k <= 32 && gather_candidates(reg, k, lane, cand, ckey, cexp);
-  if (few) {
-    for (int j = 0; j < k; ++j) {
-      if (static_cast<int>(cexp) == take(j, ckey, cexp)) ckey = 0u;  // taken
-    }
-  } else {
-    for (int j = 0; j < k; ++j) {
-      unsigned key = 0u;
-      int slot = 0;
-      if constexpr (kPer > 0) {
-        key = lane_best(reg, slot);
-      } else {
-        for (int i = 0; i < n; ++i) {
-          const unsigned v = lane + 32 * i < E ? at(i) : 0u;
-          if (v > key) {
-            key = v;
-            slot = i;
+  Picks p;
+  for (int j = 0; j < k; ++j) {
+    unsigned key = 0u;
+    int slot = 0;
+    if constexpr (kPer > 0) {
+      unsigned kk[kPer];
+      int ks[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        kk[i] = reg[i];
+        ks[i] = i;
+      }
+#pragma unroll
+      for (int w = 1; w < kPer; w *= 2) {
+#pragma unroll
+        for (int i = 0; i + w < kPer; i += 2 * w) {
+          if (kk[i + w] > kk[i]) {
+            kk[i] = kk[i + w];
+            ks[i] = ks[i + w];
           }
         }
       }
-      const int best_e = take(j, key, static_cast<unsigned>(lane + 32 * slot));
-#pragma unroll
+      key = kk[0];
+      slot = ks[0];
+    } else {
       for (int i = 0; i < n; ++i) {
-        if (lane + 32 * i == best_e) at(i) = 0u;  // taken
+        const unsigned v = lane + 32 * i < E ? at(i) : 0u;
+        if (v > key) {
+          key = v;
+          slot = i;
+        }
       }
     }
-  }
-  // Up to 32 picks, lane j kept the j-th and stores it, divided by the total where asked, all
-  // at once; more picks went out in their rounds and are divided here (load, divide, store).
-  if (k <= 32) {
-    if (lane < k) {
-      a.ids[t * a.ldo + lane] = mine_e;
-      a.weights[t * a.ldo + lane] = a.renormalise ? mine / total : mine;
+    const int best_e = take_pick(a, t, lane, j, key, static_cast<unsigned>(lane + 32 * slot), p);
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      if (lane + 32 * i == best_e) at(i) = 0u;  // taken
     }
-  } else if (a.renormalise && lane == 0) {
-    for (int j = 0; j < k; ++j) a.weights[t * a.ldo + j] /= total;
   }
-  if (a.shared_gate && lane == 0) {
-    a.ids[t * a.ldo + k] = static_cast<int32_t>(E);
-    a.weights[t * a.ldo + k] = sigmoid_f(gate);
-  }
-  if (a.ldo > 32) return -1;
-  return lane < k ? mine_e : lane < a.ldo ? static_cast<int>(E) : -1;
+  return store_picks(a, t, lane, p, gate);
 }
 
 constexpr int kRouteThreads = 128;
 
 template <int kPer>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(RouteArgs a) {
-  __shared__ uint2 cand[kRouteThreads / 32][32];
   pdl_start();
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (t < a.T) route_token<kPer>(a, t, threadIdx.x % 32, cand[threadIdx.x / 32]);
+  if (t < a.T) route_token<kPer>(a, t, threadIdx.x % 32);
 }
 
 struct GroupArgs {
@@ -350,33 +309,21 @@ __global__ void __launch_bounds__(kGroupThreads) group_by_expert_kernel(GroupArg
 // groups the pairs they stored (a CTA's global stores are visible to it past the barrier).
 template <int kPer>
 __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs a, GroupArgs g) {
-  __shared__ uint2 cand[kGroupThreads / 32][32];
   pdl_start();
   const int warps = blockDim.x / 32;
-  for (int64_t t = threadIdx.x / 32; t < a.T; t += warps) {
-    route_token<kPer>(a, t, threadIdx.x % 32, cand[threadIdx.x / 32]);
-  }
+  for (int64_t t = threadIdx.x / 32; t < a.T; t += warps) route_token<kPer>(a, t, threadIdx.x % 32);
   __syncthreads();
   group_pairs(g);
 }
 
-// route_and_group for one token (decode at batch 1), one warp: the routing as above, then the
-// grouping group_pairs would give, without its barriers. The token's pairs go to distinct
-// experts (the top-k's picks, and the shared expert past them), so each active expert has one
-// row and one tile: a pair's place in the grouped order is the number of pairs with a lower
-// expert (32 exchanges between the lanes). Of offsets it writes only what the grouped launches
-// read, the entries of the active experts and the ones after them (Grouping). Against
-// route_group_kernel's 1024 threads: 6.2 -> 4.7 us of the 80B's batch-1 step per MoE layer, the
-// step 1.032 times as fast on an H100 (tools/gpu/check.sh timeline and ab; docs/benchmarks.md,
-// nineteenth slice). (route_group_kernel with one warp instead of 1024 threads was slower: 6.9
-// us.)
-template <int kPer>
-__global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g) {
-  __shared__ uint2 cand[32];
-  pdl_start();
-  const int lane = threadIdx.x;
-  const int e = route_token<kPer>(a, 0, lane, cand), E = g.E;
-  const bool valid = e >= 0 && e < E;  // (group_pairs skips ids outside [0, E) too)
+// One token's grouping from its pairs' experts, lane j's the j-th (-1: none), in one warp: what
+// group_pairs would give, without its barriers. The token's pairs go to distinct experts (the
+// top-k's picks, and the shared expert past them), so each active expert has one row and one
+// tile: a pair's place in the grouped order is the number of pairs with a lower expert (32
+// exchanges between the lanes). Of offsets it writes only what the grouped launches read, the
+// entries of the active experts and the ones after them (Grouping).
+__device__ __forceinline__ void group_one_token(const GroupArgs& g, int e, int lane) {
+  const bool valid = e >= 0 && e < g.E;  // (group_pairs skips ids outside [0, E) too)
   const unsigned same = __match_any_sync(~0u, e);  // (every lane calls it)
   assert(!valid || __popc(same) == 1);              // distinct experts
   (void)same;
@@ -400,10 +347,94 @@ __global__ void __launch_bounds__(32) route_one_kernel(RouteArgs a, GroupArgs g)
   }
 }
 
-// Whether route_and_group routes and groups in one warp (route_one_kernel): one token whose
-// pairs (k, with a shared expert k + 1) fit a warp.
-bool routes_by_one_warp(int64_t tokens, int64_t pairs_per_token) {
-  return tokens == 1 && pairs_per_token <= 32;
+// Most experts route_one_kernel takes (one a thread).
+constexpr int kOneTokenExperts = 1024;
+
+// route_and_group for one token (decode at batch 1) whose pairs fit a warp: one CTA, expert x's
+// logit in thread x. The softmax is route_token's, bit for bit (its max, and its sum in its
+// order: lane l's experts l, l + 32, ... in turn, then the warp's butterfly). The top-k goes
+// through candidates: each warp's m = ceil(k / warps) largest keys are k or more keys of
+// distinct experts, so tau, the k-th largest of them, is at most the k-th largest key, and
+// every pick holds a key >= tau. Where at most 32 keys reach tau (the usual case, ~k) they are
+// gathered and warp 0 takes the k rounds over them (take_pick, one key a lane); else (ties:
+// equal logits, a NaN row) warp 0 routes the token as route_token does. Either way the same
+// picks in the same order with the same weights, as every routing kernel gives. Then warp 0
+// groups the pairs (group_one_token).
+// Against the warp that did all of it (route_token, then 17 passes over the offsets: ~3,600
+// instructions in series, 13,668 cycles under Nsight Compute on the 80B; docs/benchmarks.md,
+// twenty-fourth slice), each thread has a few hundred instructions and little code.
+template <int kPer>
+__global__ void __launch_bounds__(kOneTokenExperts) route_one_kernel(RouteArgs a, GroupArgs g) {
+  __shared__ float s_max[32], s_exp[kOneTokenExperts], s_sum;
+  __shared__ unsigned s_top[32], s_n;
+  __shared__ uint2 s_cand[32];
+  pdl_start();
+  const int x = threadIdx.x, lane = x % 32, warp = x / 32, warps = blockDim.x / 32;
+  const int E = static_cast<int>(a.E), k = a.k;
+  const bool has = x < E;
+  if (x == 0) s_n = 0u;
+  const float lx = has ? a.logits[x] : -INFINITY;
+  const float gate = a.shared_gate && x == 0 ? a.shared_gate[0] : 0.0f;
+  const float wmax = warp_max(lx);
+  if (lane == 0) s_max[warp] = wmax;
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int i = 0; i < warps; ++i) mx = fmaxf(mx, s_max[i]);  // (max: any order, the same bits)
+  const float ex = has ? expf(lx - mx) : 0.0f;
+  s_exp[x] = ex;
+  __syncthreads();
+  if (warp == 0) {
+    float sum = 0.0f;
+    for (int i = lane; i < E; i += 32) sum = __fadd_rn(sum, s_exp[i]);
+    sum = warp_sum(sum);
+    if (lane == 0) s_sum = sum;
+  }
+  __syncthreads();
+  const unsigned key = has ? prob_key(ex / s_sum) : 0u;
+  const int m = (k + warps - 1) / warps, tops = warps * m;
+  unsigned v = key;
+  for (int j = 0; j < m; ++j) {
+    const unsigned top = __reduce_max_sync(~0u, v);
+    const unsigned who = __reduce_min_sync(~0u, v == top ? static_cast<unsigned>(lane) : 32u);
+    if (static_cast<unsigned>(lane) == who) v = 0u;
+    if (lane == 0 && warp * m + j < 32) s_top[warp * m + j] = top;
+  }
+  __syncthreads();
+  unsigned tau = UINT_MAX;  // (more than 32 tops: no candidates, the rounds over every key)
+  if (tops <= 32) {
+    const unsigned mine = lane < tops ? s_top[lane] : 0u;
+    int rank = 0;  // among the tops, larger first, then by place
+    for (int i = 0; i < tops; ++i) {
+      const unsigned o = s_top[i];
+      rank += o > mine || (o == mine && i < lane);
+    }
+    tau = max(__reduce_max_sync(~0u, lane < tops && rank == k - 1 ? mine : 0u), 1u);
+  }
+  const bool cand = key >= tau;  // (tau >= 1: the keys past E are 0)
+  const int count = __syncthreads_count(cand);
+  int e;
+  if (count >= k && count <= 32) {
+    if (cand) s_cand[atomicAdd(&s_n, 1u)] = make_uint2(key, static_cast<unsigned>(x));
+    __syncthreads();
+    if (warp != 0) return;
+    const uint2 c = lane < count ? s_cand[lane] : make_uint2(0u, UINT_MAX);
+    unsigned ckey = c.x;
+    Picks p;
+    for (int j = 0; j < k; ++j) {
+      if (take_pick(a, 0, lane, j, ckey, c.y, p) == static_cast<int>(c.y)) ckey = 0u;  // taken
+    }
+    e = store_picks(a, 0, lane, p, gate);
+  } else {
+    if (warp != 0) return;
+    e = route_token<kPer>(a, 0, lane);
+  }
+  group_one_token(g, e, lane);
+}
+
+// Whether route_and_group routes and groups one token in one CTA (route_one_kernel): its pairs
+// (k, with a shared expert k + 1) fit a warp, its experts the CTA.
+bool routes_one_token(int64_t tokens, int64_t pairs_per_token, int64_t experts) {
+  return tokens == 1 && pairs_per_token <= 32 && experts <= kOneTokenExperts;
 }
 
 RouteArgs route_args(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
@@ -467,12 +498,12 @@ void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Te
   check(a.T <= kRouteGroupTokens && a.T * a.ldo == g.pairs, ErrorKind::internal,
         "route_and_group: tokens or pairs");
   if (a.T == 0) return;
-  const bool one = routes_by_one_warp(a.T, a.ldo);
+  const bool one = routes_one_token(a.T, a.ldo, a.E);
   with_keys_per_lane(a, [&](auto per) {
     constexpr int kPer = decltype(per)::value;
     GroupArgs ga = group_args(ids.ptr<int32_t>(), g);
     if (one) {
-      launch_pdl(route_one_kernel<kPer>, 1, 32, 0, a, ga);
+      launch_pdl(route_one_kernel<kPer>, 1, static_cast<unsigned>((a.E + 31) / 32 * 32), 0, a, ga);
       launched("route_one_kernel");
       return;
     }

@@ -74,18 +74,24 @@ __global__ void __launch_bounds__(128) attention_prep_kernel(PrepParams p) {
     y[i] = p.zero_centred ? (xv[i] * inv) * (1.0f + wv[i]) : wv[i] * (xv[i] * inv);
   }
   // Rotation of the pairs (value i, value i + half_lanes) of this lane, from the normalised
-  // values (the indices stay compile-time: no local memory).
+  // values: one rotate_pair per pair (half_lanes <= kPer / 2), its partner selected in and out
+  // (the indices stay compile-time: no local memory). A call for each (i, j) that might pair
+  // inlined cosf and sinf kPer * kPer times (65 KB of SASS at head_dim 256).
   float r[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) r[i] = y[i];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
+  for (int i = 0; i < kPer / 2; ++i) {
+    if (i >= p.half_lanes) break;
+    const int partner = i + p.half_lanes;
+    float x2 = y[i];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      if (i < p.half_lanes && j == i + p.half_lanes) {
-        rotate_pair(y[i], y[j], static_cast<float>(at) * inv_freq[i], r[i], r[j]);
-      }
-    }
+    for (int j = i + 1; j < kPer; ++j) x2 = j == partner ? y[j] : x2;
+    float y1, y2;
+    rotate_pair(y[i], x2, static_cast<float>(at) * inv_freq[i], y1, y2);
+    r[i] = y1;
+#pragma unroll
+    for (int j = i + 1; j < kPer; ++j) r[j] = j == partner ? y2 : r[j];
   }
 #pragma unroll
   for (int i = 0; i < kPer; ++i) x[lane + 32 * i] = r[i];

@@ -284,34 +284,40 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
 }
 
 // One token's routing in one CTA (route_one_kernel: the top-k through its candidates, the keys
-// at least the k-th largest of each warp's largest, gathered where at most 32 reach it, else
+// at least the k-th largest of each warp's largest, gathered where k to 32 reach it, else
 // route_token's rounds over every key) picks the CPU's experts with a batch's bits (moe_route,
-// and moe_route_experts with the routing in its launch: a warp a token, route_token). Rows:
-// random; the k largest held by as few lanes as can hold them (experts 7, 39, ...); 20 experts
-// tied for the largest (gathered, ties to the lower experts); 40 tied (more than 32 reach the
-// threshold); one large logit and the rest equal (every other probability 0, tied). Expert
-// counts: the 80B's 512 (16 warps, one key each for the threshold), 500 (a warp part empty),
-// 1000 (32 warps; keys in memory where it falls back), 64 with top-31 (two warps, 16 each).
-TEST_F(CudaFusedOps, TopKThroughItsCandidatesPicksTheCpusExperts) {
-  const int64_t H = 128, I = 32, T = 5;
+// and moe_route_experts with the routing in its launch: a warp a token, route_token), and its
+// grouping gives the experts' output of moe_route then moe_experts, bit for bit. Rows: random;
+// the k largest held by as few lanes as can hold them (experts 7, 39, ...); 20 experts tied for
+// the largest, spread over the warps (the threshold is the tied key: 20 gathered, ties to the
+// lower experts); 40 tied (more than 32 reach it); one large logit and the rest equal (every
+// other probability 0, tied; picks 9, 0, 1, ...: adjacent experts in the grouping); random
+// with a NaN (a padding row's: experts 0 .. k-1). Expert counts: the 80B's 512 (16 warps, one
+// key each for the threshold), 500 (a warp part empty), 1000 and 1024 (32 warps; keys in
+// memory where it falls back), 96 with top-31 (33 tops: always the fallback), 64 with top-31
+// (two warps, 16 each), 20 (one warp, part empty).
+TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
+  const int64_t H = 128, I = 32, T = 6, nan_row = 5;
   for (const RouteCase& c :
        {RouteCase{512, 10, true}, RouteCase{500, 10, false}, RouteCase{1000, 8, true},
-        RouteCase{64, 31, true}}) {
+        RouteCase{1024, 10, true}, RouteCase{96, 31, false}, RouteCase{64, 31, true},
+        RouteCase{20, 4, true}}) {
     SCOPED_TRACE(testing::Message() << c.E << " experts, top-" << c.k);
     const int64_t E = c.E, k = c.k, pairs = k + (c.shared ? 1 : 0);
     const PooledExperts pooled(*this, E + (c.shared ? 1 : 0), H, I);
     std::vector<float> logits = randn(T * E, 41), gate = randn(T, 42), x = randn(T * H, 43);
     const std::vector<float> noise = randn(T * E, 44);
-    for (int64_t t = 1; t < T; ++t) {
+    for (int64_t t = 1; t < 5; ++t) {
       for (int64_t e = 0; e < E; ++e) logits[t * E + e] = -1.0f - std::fabs(noise[t * E + e]);
     }
-    const int64_t per_lane = E / 32;
+    const int64_t per_lane = std::max<int64_t>(1, E / 32);
     for (int64_t j = 0; j < k; ++j) logits[E + (7 + 32 * j + j / per_lane) % E] = 4.0f + j;
     for (int64_t j = 0; j < 40; ++j) {
-      if (j < 20) logits[2 * E + (3 + 11 * j) % E] = 3.0f;
-      logits[3 * E + (3 + 11 * j) % E] = 3.0f;
+      if (j < 20) logits[2 * E + (3 + 33 * j) % E] = 3.0f;
+      logits[3 * E + (3 + 33 * j) % E] = 3.0f;
     }
     for (int64_t e = 0; e < E; ++e) logits[4 * E + e] = e == 9 ? 200.0f : 0.0f;
+    logits[nan_row * E + 3] = std::nanf("");
     std::vector<int32_t> ids_c(T * pairs);
     std::vector<float> w_c(T * pairs);
     const Tensor gate_h = c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{};
@@ -324,9 +330,21 @@ TEST_F(CudaFusedOps, TopKThroughItsCandidatesPicksTheCpusExperts) {
     const std::vector<int32_t> zero(T * pairs, 0);
     const Tensor ids = upload(zero.data(), DType::i32, {T, pairs}), w = device_f32(T, pairs);
     gpu->moe_route(lg, k, true, gd, ids, w);
-    EXPECT_EQ(download_ids(ids), ids_c);
+    const std::vector<int32_t> ids_g = download_ids(ids);
     const std::vector<float> w_g = download(w);
-    EXPECT_LT(max_abs_diff(w_g, w_c), 1e-6f);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < pairs; ++j) {
+        const int64_t i = t * pairs + j;
+        if (t == nan_row) {
+          if (j < k) {
+            EXPECT_EQ(ids_g[i], j) << "the NaN row, pick " << j;
+          }
+          continue;
+        }
+        EXPECT_EQ(ids_g[i], ids_c[i]) << "row " << t << ", pick " << j;
+        EXPECT_LT(std::fabs(w_g[i] - w_c[i]), 1e-6f) << "row " << t << ", pick " << j;
+      }
+    }
     ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
     const Tensor ids_b = upload(zero.data(), DType::i32, {T, pairs}), w_b = device_f32(T, pairs);
     gpu->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H),
@@ -334,12 +352,18 @@ TEST_F(CudaFusedOps, TopKThroughItsCandidatesPicksTheCpusExperts) {
     expect_same_bytes({{"ids, batch", ids, ids_b}, {"weights, batch", w, w_b}});
     for (int64_t t = 0; t < T; ++t) {
       SCOPED_TRACE(testing::Message() << "row " << t << " alone");
-      const Tensor ids1 = upload(zero.data(), DType::i32, {1, pairs}), w1 = device_f32(1, pairs);
-      gpu->moe_route_experts(xd.slice_rows(t, t + 1), lg.slice_rows(t, t + 1), k, true,
-                             c.shared ? gd.slice_rows(t, t + 1) : Tensor{}, pooled.dev, ids1, w1,
-                             device_f32(1, H), nullptr);
+      const Tensor x1 = xd.slice_rows(t, t + 1), l1 = lg.slice_rows(t, t + 1),
+                   g1 = c.shared ? gd.slice_rows(t, t + 1) : Tensor{};
+      const Tensor ids1 = upload(zero.data(), DType::i32, {1, pairs}), w1 = device_f32(1, pairs),
+                   out1 = device_f32(1, H);
+      const Tensor ids_r = upload(zero.data(), DType::i32, {1, pairs}),
+                   w_r = device_f32(1, pairs), out_r = device_f32(1, H);
+      gpu->moe_route_experts(x1, l1, k, true, g1, pooled.dev, ids1, w1, out1, nullptr);
+      gpu->moe_route(l1, k, true, g1, ids_r, w_r);
+      gpu->moe_experts(x1, ids_r, w_r, pooled.dev, out_r);
       expect_same_bytes({{"ids", ids.slice_rows(t, t + 1), ids1},
-                         {"weights", w.slice_rows(t, t + 1), w1}});
+                         {"weights", w.slice_rows(t, t + 1), w1},
+                         {"out", out_r, out1}});
     }
   }
 }

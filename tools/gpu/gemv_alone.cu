@@ -85,8 +85,9 @@ int experts_main() {
   CHECK(cudaMalloc(&out, kPairs * I * 4));
   unsigned* sink = nullptr;
   CHECK(cudaMalloc(&sink, 4));
-  // Each step's routing as route_one_kernel leaves it: offsets [E + 1], rows [pairs], active
-  // [E] then n_active; the experts ascending, pair j in the j-th row.
+  // Each step's routing as a grouping leaves it: offsets [E + 1] (route_one_kernel writes only
+  // the active experts' and the ones after them; here every entry), rows [pairs], active [E]
+  // then n_active; the experts ascending, pair j in the j-th row.
   std::vector<std::vector<int>> picks(kSteps);
   uint32_t rng = 12345;
   std::vector<int32_t*> offs(kSteps), rws(kSteps), act(kSteps);

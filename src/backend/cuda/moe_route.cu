@@ -353,13 +353,14 @@ constexpr int kOneTokenExperts = 1024;
 // route_and_group for one token (decode at batch 1) whose pairs fit a warp: one CTA, expert x's
 // logit in thread x. The softmax is route_token's, bit for bit (its max, and its sum in its
 // order: lane l's experts l, l + 32, ... in turn, then the warp's butterfly). The top-k goes
-// through candidates: each warp's m = ceil(k / warps) largest keys are k or more keys of
-// distinct experts, so tau, the k-th largest of them, is at most the k-th largest key, and
-// every pick holds a key >= tau. Where at most 32 keys reach tau (the usual case, ~k) they are
-// gathered and warp 0 takes the k rounds over them (take_pick, one key a lane); else (ties:
-// equal logits, a NaN row) warp 0 routes the token as route_token does. Either way the same
-// picks in the same order with the same weights, as every routing kernel gives. Then warp 0
-// groups the pairs (group_one_token).
+// through candidates: each warp's m = ceil(k / warps) largest keys (repeats allowed, 0 for the
+// lanes past E) are warps * m >= k keys, so tau, the k-th largest of them (at least 1: every
+// expert's key is), is at most the k-th largest key, and every pick holds a key >= tau. Where k
+// to 32 keys reach tau (the usual case, ~k) they are gathered and warp 0 takes the k rounds
+// over them (take_pick, one key a lane); else warp 0 routes the token as route_token does:
+// ties (equal logits, a NaN row), warps * m > 32 (no tau), or a tau pushed to 1 by warps with
+// fewer than m experts. Either way the same picks in the same order with the same weights, as
+// every routing kernel gives. Then warp 0 groups the pairs (group_one_token).
 // Against the warp that did all of it (route_token, then 17 passes over the offsets: ~3,600
 // instructions in series, 13,668 cycles under Nsight Compute on the 80B; docs/benchmarks.md,
 // twenty-fourth slice), each thread has a few hundred instructions and little code.

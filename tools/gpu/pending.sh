@@ -2,8 +2,9 @@
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
 # ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
-# timeline and profile). The calls already run are in git history (5675f6a has calls 1-13,
-# 450dc27 14-19; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
+# timeline and profile), `9` (every CUDA test, then the official figures: on an H200). The
+# calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19; call 17,
+# op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -71,9 +72,18 @@ call4() {
   done
 }
 
+# The official figures (on an H200: the 80B's batch 32 and 64 need its memory), after every
+# CUDA test (the thirtieth session's last routing test, c5f2824, has not run on a GPU yet).
+call9() {
+  timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  BATCHES=1,8,32,64 timeout 230 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
+  BATCHES=1,8,32,64 timeout 120 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
+}
+
 case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
-  *) echo "usage: $0 4|6|8" >&2; exit 2 ;;
+  9) call9 ;;
+  *) echo "usage: $0 4|6|8|9" >&2; exit 2 ;;
 esac

@@ -172,7 +172,7 @@ __device__ __forceinline__ int route_token(const RouteArgs& a, int64_t t, int la
 constexpr int kRouteThreads = 128;
 
 template <int kPer>
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(RouteArgs a) {
+__global__ void moe_route_kernel(RouteArgs a) {
   pdl_start();
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t < a.T) route_token<kPer>(a, t, threadIdx.x % 32);

@@ -300,6 +300,9 @@ bool cuda_available();
 // opt-in limit (227 KiB on sm_90, 99 KiB on DGX Spark's GB10), or HIBANA_CUDA_SMEM_LIMIT bytes
 // if less; the kernels that need more take other paths. 0 without CUDA.
 int cuda_shared_memory_per_block();
+// How many products the CUDA decode matmul has run with all their splits in one thread block
+// (HIBANA_CUDA_CTA_SPLITS) in this process: a diagnostic for tests. 0 without CUDA.
+int64_t cuda_one_cta_split_products();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

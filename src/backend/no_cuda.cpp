@@ -4,9 +4,15 @@
 
 namespace hibana {
 
-bool cuda_available() { return false; }
+bool cuda_available() {
+  return false;
+}
 
 int cuda_shared_memory_per_block() {
+  return 0;
+}
+
+int64_t cuda_one_cta_split_products() {
   return 0;
 }
 

@@ -245,8 +245,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
         {
           ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
           ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on);
-          timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights,
-                                   again.out, nullptr);
+          timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights, again.out,
+                                   nullptr);
         }
         timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
         timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
@@ -347,8 +347,7 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
     }
     ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
     const Tensor ids_b = upload(zero.data(), DType::i32, {T, pairs}), w_b = device_f32(T, pairs);
-    gpu->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H),
-                           nullptr);
+    gpu->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H), nullptr);
     expect_same_bytes({{"ids, batch", ids, ids_b}, {"weights, batch", w, w_b}});
     for (int64_t t = 0; t < T; ++t) {
       SCOPED_TRACE(testing::Message() << "row " << t << " alone");
@@ -356,8 +355,8 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
                    g1 = c.shared ? gd.slice_rows(t, t + 1) : Tensor{};
       const Tensor ids1 = upload(zero.data(), DType::i32, {1, pairs}), w1 = device_f32(1, pairs),
                    out1 = device_f32(1, H);
-      const Tensor ids_r = upload(zero.data(), DType::i32, {1, pairs}),
-                   w_r = device_f32(1, pairs), out_r = device_f32(1, H);
+      const Tensor ids_r = upload(zero.data(), DType::i32, {1, pairs}), w_r = device_f32(1, pairs),
+                   out_r = device_f32(1, H);
       gpu->moe_route_experts(x1, l1, k, true, g1, pooled.dev, ids1, w1, out1, nullptr);
       gpu->moe_route(l1, k, true, g1, ids_r, w_r);
       gpu->moe_experts(x1, ids_r, w_r, pooled.dev, out_r);
@@ -372,9 +371,10 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
 // (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
 // conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows
 // (packed), 3 (one a padding row: slot -1, zero output) and 8; bf16 and fp8; the 80B's [12352,
-// 2048] (two splits: the reducing CTA applies the conv) with its 8192 conv channels and 4 taps,
-// a [640, 1024] (two splits) with 512 and 2 taps, a [640, 512] (one split) with 384 and 5. A
-// prefill-like layout (9 tokens of one sequence) takes the two ops.
+// 2048] (two splits: the reducing CTA applies the conv; at one row, the CTA of both) with its
+// 8192 conv channels and 4 taps, a [640, 1024] (two splits) with 512 and 2 taps, a [640, 512]
+// (one split) with 384 and 5. A prefill-like layout (9 tokens of one sequence) takes the two
+// ops.
 TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();    // (its timer reads it now)
@@ -401,8 +401,9 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         const std::vector<float> states0 = randn(slots * C * W, 54);
         const BatchLayout l = recurrent_layout(m, seq_start, slot_of, snaps, true);
         // The product, the conv's outputs and the states, one way.
-        auto run = [&](const char* fused, const char* expect_op) {
+        auto run = [&](const char* fused, const char* expect_op, const char* one_cta = "1") {
           ScopedEnv knob("HIBANA_CUDA_FUSED_MATMUL_CONV", fused);
+          ScopedEnv splits("HIBANA_CUDA_CTA_SPLITS", one_cta);
           Tensor out = device_f32(m, N, 1e30f), co = device_f32(m, C, 1e30f),  // (all written)
               st = upload(states0.data(), DType::f32, {slots, C, W});
           timed->timing_report();  // (forgets the ops before)
@@ -413,9 +414,15 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
           r.insert(r.end(), s2.begin(), s2.end());
           return r;
         };
+        const int64_t one_cta = cuda_one_cta_split_products();
         const std::vector<float> apart = run("0", "gdn_conv"),
                                  fused = run("1", decode ? "matmul_conv" : "gdn_conv");
         EXPECT_EQ(std::memcmp(apart.data(), fused.data(), apart.size() * sizeof(float)), 0);
+        // One row's two splits ran in one CTA, the conv applied there (HIBANA_CUDA_CTA_SPLITS):
+        // the bits of the split-parallel kernel, whose last CTA applies it.
+        EXPECT_EQ(cuda_one_cta_split_products() - one_cta, m == 1 && K > 512 ? 2 : 0);
+        const std::vector<float> parallel = run("1", decode ? "matmul_conv" : "gdn_conv", "0");
+        EXPECT_EQ(std::memcmp(parallel.data(), fused.data(), fused.size() * sizeof(float)), 0);
         if (m >= 3 && decode) {
           EXPECT_EQ(fused[m * N + C + C - 1], 0.0f) << "padding row";
         }

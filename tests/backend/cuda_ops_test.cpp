@@ -179,6 +179,43 @@ TEST_F(CudaOps, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
   expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
 }
 
+// One row of a plain product in 2, 4 or 8 splits runs them in one CTA, a warp each, and adds
+// them there (HIBANA_CUDA_CTA_SPLITS, on by default): the bits of the split-parallel kernel
+// (=0) and of the row in a batch. 600 x 1024: 2 splits, 2 row groups a CTA; 513 x 2048 (the
+// 80B's router with the shared expert's gate): 4, the last CTA with one row; 300 x 2080: 4
+// splits of 640, the last of 160 (ending inside an fp8 chunk); 2048 x 4096 (the 80B's output
+// projections): 8, in 128 CTAs of 8 warps, one wave where 2 fit an SM (on GPUs with less
+// shared memory, such as GB10's 48 SMs, they may not: the split-parallel kernel runs).
+TEST_F(CudaOps, DecodeMatmulWithItsSplitsInOneCtaGivesTheSameBits) {
+  const bool large_gpu = cuda_shared_memory_per_block() > 101376;
+  for (auto [N, K] :
+       {std::pair<int64_t, int64_t>{600, 1024}, {513, 2048}, {300, 2080}, {2048, 4096}}) {
+    const int64_t M = 3;
+    auto x = randn(M * K, 9);
+    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K);
+      TestWeight w = make_weight(*this, dtype, N, K, 13);
+      Tensor xd = upload(x.data(), DType::f32, {M, K});
+      Tensor batch = device_f32(M, N), one = device_f32(1, N), parallel = device_f32(1, N);
+      gpu->matmul(xd, w.dev, batch);
+      const int64_t before = cuda_one_cta_split_products();
+      gpu->matmul(xd.slice_rows(0, 1), w.dev, one);
+      const int64_t ran = cuda_one_cta_split_products() - before;
+      if (N < 2048 || large_gpu) {
+        EXPECT_EQ(ran, 1) << "not in one CTA";
+      }
+      {
+        ScopedEnv off("HIBANA_CUDA_CTA_SPLITS", "0");
+        gpu->matmul(xd.slice_rows(0, 1), w.dev, parallel);
+      }
+      EXPECT_EQ(cuda_one_cta_split_products() - before, ran);
+      const std::vector<float> a = download(one), b = download(parallel), c = download(batch);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), N * sizeof(float)), 0) << "split-parallel";
+      EXPECT_EQ(std::memcmp(a.data(), c.data(), N * sizeof(float)), 0) << "batch of " << M;
+    }
+  }
+}
+
 // 140-byte bf16 rows take the unvectorised (SIMT) path; fp8 rows of 200 end inside a stage,
 // past which no scale may be read (compute-sanitizer checks that). bf16 rows of 72 and fp8 rows
 // of 208 take the tensor-core paths and end inside their 32- / 64-element chunk; a batch of 130
@@ -523,8 +560,8 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
       const std::vector<int32_t> zero(k, 0);
       Tensor one_ids = t.upload(zero.data(), DType::i32, {1, k});
       Tensor one_w = t.device_f32(1, k), one = t.device_f32(1, H);
-      t.gpu->moe_route_experts(xd.slice_rows(tok, tok + 1), lg, k, true, Tensor{}, set.dev,
-                               one_ids, one_w, one, nullptr);
+      t.gpu->moe_route_experts(xd.slice_rows(tok, tok + 1), lg, k, true, Tensor{}, set.dev, one_ids,
+                               one_w, one, nullptr);
       std::vector<int32_t> got_ids(k);
       copy_to_host(one_ids, got_ids.data());
       EXPECT_EQ(got_ids, std::vector<int32_t>(ids.begin() + tok * k, ids.begin() + (tok + 1) * k))

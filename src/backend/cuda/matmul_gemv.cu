@@ -51,6 +51,7 @@
 // 16). Misaligned, 24576x4096 bf16 took 72-74 us; aligned, 50.5 us, 94% of copy bandwidth
 // (tools/gpu/gemv_alone.cu; docs/benchmarks.md, tenth slice).
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <type_traits>
 #include <utility>
@@ -67,6 +68,14 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
+// kCtaSplits > 1: one CTA runs all of a product's splits (2, 4 or 8), a warp each, and adds
+// them itself in split order, through shared memory, instead of writing partials that the
+// tile's last CTA reads back from L2 (last_to_finish, split_sums: two L2 round trips on the
+// chain). Its warps are kCtaSplits splits of kCtaWarps / kCtaSplits row groups of 16 rows.
+// The same splits, the same sums in the same order: the same bits.
+constexpr int cta_warps(int cta_splits) {
+  return cta_splits > kWarps ? cta_splits : kWarps;
+}
 // Bytes of a warp's weight ring. fp8 takes 6 KiB, the least its stages allow (three of 2
 // KiB): against 12 KiB the 80B's decode step ran 1.029-1.031 times as fast at batch 1 and
 // 1.082-1.085 at batch 8, and 16 KiB 0.969 / 0.925. bf16 keeps 12 KiB up to 2 rows (the packed
@@ -138,10 +147,17 @@ constexpr int kXSharedMax = 26 << 10;
 // Each carries one copy of the split (the down projection and the gate/up ran ~6 KB of the
 // other's).
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
-          Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false>
-__global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_rows) {
+          Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false,
+          int kCtaSplits = 1>
+__global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_warps(kCtaSplits))
+    gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
   static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
+  static_assert(kCtaSplits == 1 || (!kGrouped && kXShared && !kOneSplit &&
+                                    (kCtaSplits == 2 || kCtaSplits == 4 || kCtaSplits == 8)),
+                "splits in one CTA: plain products with shared activations");
+  constexpr int kCtaWarps = cta_warps(kCtaSplits), kRowGroups = kCtaWarps / kCtaSplits;
+  constexpr int kCtaRows = 16 * kRowGroups;
   constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
   using S = Gemv<E, kRing, kWideStages<E, kRing, kXShared>>;
@@ -150,10 +166,13 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   // launch() sizes shared memory from Gemv<E, kRing> (kSmem, and plane_pitch_bytes from KC):
   // the wide stages change neither.
   static_assert(S::kSmem == kWarps * kRing && S::KC == 64 / S::esize, "smem");
+  constexpr int kRingBytes = kCtaWarps * kRing;           // every warp's ring
   constexpr int kTerms = kPacked ? 1 : 3;                 // terms (planes) a lane loads
   extern __shared__ __align__(128) unsigned char smem[];  // aligned: see the header
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
+  // The warp's split among the CTA's (kCtaSplits) and its 16 rows' group.
+  const int warp_split = warp % kCtaSplits, row_group = warp / kCtaSplits;
 
   // Params::x_early (kXEarly): a grouped launch of one token's pairs splits that token's
   // activations before its wait and before it reads the routing (x row 0 whatever its group).
@@ -172,17 +191,24 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   // The grid: 64 weight rows (x), the splits (y), the groups (z); a group's up to 8 token rows
   // are all the CTA's (the other kernels' token tiles: one here, so no division).
-  const int my_split = blockIdx.y;
-  assert(gridDim.y == static_cast<unsigned>(p.splits));
+  const int my_split = blockIdx.y * kCtaSplits + warp_split;
+  assert(gridDim.y * kCtaSplits == static_cast<unsigned>(p.splits));
   const int64_t k_first = static_cast<int64_t>(my_split) * p.split_len;
   const int64_t k_end = min(p.K, k_first + p.split_len);
   // Offsets below are k relative to the split's start, in 32 bits: the loop's address work is
   // one add per stream per stage, not a 64-bit product per load.
   const int span = static_cast<int>(k_end - k_first);
-  const int pitch = S::plane_pitch_bytes(p.split_len) / 4;  // words
-  // kXShared: the CTA's activations of its split, in shared memory past the rings
+  // The CTA's k: its splits' (one, or kCtaSplits).
+  const int64_t cta_k_first =
+      kCtaSplits == 1 ? k_first : static_cast<int64_t>(blockIdx.y) * kCtaSplits * p.split_len;
+  const int cta_span =
+      kCtaSplits == 1
+          ? span
+          : static_cast<int>(min(p.K, cta_k_first + kCtaSplits * p.split_len) - cta_k_first);
+  const int pitch = S::plane_pitch_bytes(kCtaSplits * p.split_len) / 4;  // words
+  // kXShared: the CTA's activations of its splits, in shared memory past the rings
   // (share_activations, gemv_prologue.cuh).
-  uint32_t* xw = reinterpret_cast<uint32_t*>(smem + S::kSmem);
+  uint32_t* xw = reinterpret_cast<uint32_t*>(smem + kRingBytes);
   if constexpr (kXEarly) {
     share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,
                                        [](int) -> int64_t { return 0; });
@@ -203,8 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
 
   // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
   // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
-  const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kRowsPerCta / 2) + warp * 8 + g
-                             : static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g;
+  const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kCtaRows / 2) + row_group * 8 + g
+                             : static_cast<int64_t>(blockIdx.x) * kCtaRows + row_group * 16 + g;
   const int64_t rB = kPaired ? rA + p.pair : rA + 8;
   const bool okA = rA < (kPaired ? p.pair : p.N), okB = kPaired ? okA : rB < p.N;
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
@@ -245,7 +271,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   };
   if constexpr (kXShared) {
     if constexpr (!kXEarly) {
-      share_activations<S, kWarps, kRows == 1>(p, xw, k_first, span, pitch, x_rows, x_row_of);
+      share_activations<S, kCtaWarps, kRows == 1>(p, xw, cta_k_first, cta_span, pitch, x_rows,
+                                                  x_row_of);
     }
     __syncthreads();
   }
@@ -257,8 +284,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   assert(!kXShared || rows_here <= x_rows);
   assert(rows_here <= kRows && x_rows <= kRows);
   const bool has_x = column_used && x_tok < x_rows;
-  const uint4* xs_lane =
-      reinterpret_cast<const uint4*>(xw + (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2);
+  const uint4* xs_lane = reinterpret_cast<const uint4*>(
+      xw + (3 * x_tok + x_term) * pitch + t * (VE / 4) * 2 +
+      (kCtaSplits == 1 ? 0 : warp_split * static_cast<int>(p.split_len) / 2));  // 2 words a 4 k
   const float* xp = p.x + (xrow >= 0 ? xrow * p.ldx : 0) + k_first + t * VE;
   auto load_x = [&](int k0, float(&v)[S::kXPerStage]) {
 #pragma unroll
@@ -403,7 +431,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
     ring_slot = ring + slot * (S::kStageBytes / 16);
   }
   if (!p.release_early) pdl_trigger();  // every load of this CTA is done: the next may launch
-  if (known) pdl_wait();                 // (before its stores)
+  if (known) pdl_wait();                // (before its stores)
 
   float total[4];
   if (scaled) {
@@ -412,9 +440,26 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_kernel(Params p, int x_ro
   } else {
     fold(total);
   }
+  if constexpr (kCtaSplits > 1) {
+    // Each warp's sums into its own ring (its copies have all landed), then the row group's
+    // first warp adds the others' in split order, as split_sums does.
+    cp_async_wait<0>();
+    float4* own = reinterpret_cast<float4*>(smem + warp * D * S::kStageBytes) + lane;
+    *own = make_float4(total[0], total[1], total[2], total[3]);
+    __syncthreads();
+    if (warp_split != 0) return;
+#pragma unroll
+    for (int s = 1; s < kCtaSplits; ++s) {
+      const float4 o = own[s * D * S::kStageBytes / 16];
+      total[0] = total[0] + o.x;
+      total[1] = total[1] + o.y;
+      total[2] = total[2] + o.z;
+      total[3] = total[3] + o.w;
+    }
+  }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-  finish<kGrouped, kFused, kOneSplit>(p, total, orow, my_split, rA, rB);
+  finish<kGrouped, kFused, (kOneSplit || kCtaSplits > 1)>(p, total, orow, my_split, rA, rB);
 }
 
 // CTAs of `smem` bytes of shared memory that fit on one SM (at most 4: the launch bounds).
@@ -430,14 +475,14 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused,
-          bool kOneSplit, bool kXEarly = false>
+template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused, bool kOneSplit,
+          bool kXEarly = false, int kCtaSplits = 1>
 void configure() {
   static const bool done = [] {
     HIBANA_CUDA(cudaFuncSetAttribute(
-        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly>,
+        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly, kCtaSplits>,
         cudaFuncAttributeMaxDynamicSharedMemorySize,
-        kWarps * kRing + (kXShared ? kXSharedMax : 0)));
+        cta_warps(kCtaSplits) * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
   }();
   (void)done;
@@ -491,6 +536,48 @@ void launch(const Params& p, int groups, int x_rows) {
   launched("gemv_kernel");
 }
 
+std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
+
+// kCtaSplits (above): a plain product of one row in 2, 4 or 8 splits, its activations shared
+// beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), where the CTAs run in one wave.
+// Returns whether it launched.
+template <Elt E, Fused kFused, int kSplits>
+bool launch_cta_splits(const Params& p) {
+  constexpr int kRing = kSmallRingPerWarp<E, true>, kCtaWarps = cta_warps(kSplits);
+  constexpr int kCtaRows = 16 * (kCtaWarps / kSplits);
+  const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(kSplits * p.split_len);
+  if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
+  configure<E, false, true, 1, kRing, kFused, false, false, kSplits>();
+  auto kernel = gemv_kernel<E, false, true, 1, kRing, kFused, false, false, kSplits>;
+  const size_t smem = kCtaWarps * kRing + x_bytes;
+  int per_sm = 0;
+  HIBANA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCtaWarps * 32, smem));
+  const int64_t ctas = (p.N + kCtaRows - 1) / kCtaRows;
+  if (ctas > static_cast<int64_t>(per_sm) * num_sms()) return false;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p, 1);
+  launched("gemv_kernel");
+  g_one_cta_products.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+template <Elt E, Fused kFused>
+bool launch_cta_splits(const Params& p) {
+  switch (p.splits) {
+    case 2:
+      return launch_cta_splits<E, kFused, 2>(p);
+    case 4:
+      return launch_cta_splits<E, kFused, 4>(p);
+    case 8:
+      return launch_cta_splits<E, kFused, 8>(p);
+    default:
+      return false;
+  }
+}
+template <Elt E>
+bool launch_cta_splits(const Params& p) {
+  return p.conv_w != nullptr ? launch_cta_splits<E, Fused::conv>(p)
+                             : launch_cta_splits<E, Fused::none>(p);
+}
+
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the
 // conv. Grouped products in one split (the 80B's experts at every batch) take kernels without
 // the split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it
@@ -526,6 +613,14 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // Where the next kernel launches does not change what it computes: it still waits for this
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
+  // One row's splits in one CTA where they fit (on by default; HIBANA_CUDA_CTA_SPLITS=0: the
+  // split-parallel way, read at every call). Not for SwiGLU's paired rows.
+  if (!grouped && max_rows == 1 && p.pair == 0 && p.splits > 1 &&
+      knob_on("HIBANA_CUDA_CTA_SPLITS", true)) {
+    if (elt == Elt::bf16 ? launch_cta_splits<Elt::bf16>(p) : launch_cta_splits<Elt::fp8>(p)) {
+      return;
+    }
+  }
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
@@ -539,3 +634,9 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
 }
 
 }  // namespace hibana::cuda::mm
+
+namespace hibana {
+int64_t cuda_one_cta_split_products() {
+  return cuda::mm::g_one_cta_products.load(std::memory_order_relaxed);
+}
+}  // namespace hibana

@@ -179,39 +179,51 @@ TEST_F(CudaOps, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
   expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
 }
 
-// One row of a plain product in 2, 4 or 8 splits runs them in one CTA, a warp each, and adds
-// them there (HIBANA_CUDA_CTA_SPLITS, on by default): the bits of the split-parallel kernel
-// (=0) and of the row in a batch. 600 x 1024: 2 splits, 2 row groups a CTA; 513 x 2048 (the
-// 80B's router with the shared expert's gate): 4, the last CTA with one row; 300 x 2080: 4
-// splits of 640, the last of 160 (ending inside an fp8 chunk); 2048 x 4096 (the 80B's output
-// projections): 8, in 128 CTAs of 8 warps, one wave where 2 fit an SM (on GPUs with less
-// shared memory, such as GB10's 48 SMs, they may not: the split-parallel kernel runs).
+// A plain product of 1 or 3 to 8 rows in 2, 3, 4 or 8 splits runs them in one CTA, a warp
+// each, and adds them there (HIBANA_CUDA_CTA_SPLITS, on by default): the bits of the
+// split-parallel kernel (=0) and of the rows in a batch of 12 (the tensor-core kernel). One
+// row shares its activations, 3 and 8 load each warp's own. 600 x 1024: 2 splits, 2 row
+// groups a CTA; 1000 x 1536: 3, in CTAs of 3 warps; 513 x 2048 (the 80B's router with the
+// shared expert's gate): 4, the last CTA with one row; 300 x 2080: 4 splits of 640, the last
+// of 160 (ending inside an fp8 chunk); 2048 x 4096 (the 80B's output projections): 8, in 128
+// CTAs of 8 warps; 9216 x 2048 (its q/k/v): 3 of 768, the last of 512. The last two fill one
+// wave on a GPU the size of an H100 (with GB10's 48 SMs they may not: the split-parallel
+// kernel runs). 2 rows keep the split-parallel kernel.
 TEST_F(CudaOps, DecodeMatmulWithItsSplitsInOneCtaGivesTheSameBits) {
   const bool large_gpu = cuda_shared_memory_per_block() > 101376;
-  for (auto [N, K] :
-       {std::pair<int64_t, int64_t>{600, 1024}, {513, 2048}, {300, 2080}, {2048, 4096}}) {
-    const int64_t M = 3;
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{600, 1024},
+                      {1000, 1536},
+                      {513, 2048},
+                      {300, 2080},
+                      {2048, 4096},
+                      {9216, 2048}}) {
+    const int64_t M = 12;
     auto x = randn(M * K, 9);
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << N << " x " << K);
       TestWeight w = make_weight(*this, dtype, N, K, 13);
       Tensor xd = upload(x.data(), DType::f32, {M, K});
-      Tensor batch = device_f32(M, N), one = device_f32(1, N), parallel = device_f32(1, N);
+      Tensor batch = device_f32(M, N);
       gpu->matmul(xd, w.dev, batch);
-      const int64_t before = cuda_one_cta_split_products();
-      gpu->matmul(xd.slice_rows(0, 1), w.dev, one);
-      const int64_t ran = cuda_one_cta_split_products() - before;
-      if (N < 2048 || large_gpu) {
-        EXPECT_EQ(ran, 1) << "not in one CTA";
+      const std::vector<float> all = download(batch);
+      for (int64_t m : {1, 2, 3, 8}) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype_name(dtype) << " " << N << " x " << K << ", " << m << " rows");
+        Tensor one = device_f32(m, N), parallel = device_f32(m, N);
+        const int64_t before = cuda_one_cta_split_products();
+        gpu->matmul(xd.slice_rows(0, m), w.dev, one);
+        const int64_t ran = cuda_one_cta_split_products() - before;
+        if (N < 2048 || large_gpu) {
+          EXPECT_EQ(ran, m == 2 ? 0 : 1) << "in one CTA";
+        }
+        {
+          ScopedEnv off("HIBANA_CUDA_CTA_SPLITS", "0");
+          gpu->matmul(xd.slice_rows(0, m), w.dev, parallel);
+        }
+        EXPECT_EQ(cuda_one_cta_split_products() - before, ran);
+        const std::vector<float> a = download(one), b = download(parallel);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), m * N * sizeof(float)), 0) << "split-parallel";
+        EXPECT_EQ(std::memcmp(a.data(), all.data(), m * N * sizeof(float)), 0) << "batch of " << M;
       }
-      {
-        ScopedEnv off("HIBANA_CUDA_CTA_SPLITS", "0");
-        gpu->matmul(xd.slice_rows(0, 1), w.dev, parallel);
-      }
-      EXPECT_EQ(cuda_one_cta_split_products() - before, ran);
-      const std::vector<float> a = download(one), b = download(parallel), c = download(batch);
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), N * sizeof(float)), 0) << "split-parallel";
-      EXPECT_EQ(std::memcmp(a.data(), c.data(), N * sizeof(float)), 0) << "batch of " << M;
     }
   }
 }

@@ -68,13 +68,14 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
-// kCtaSplits > 1: one CTA runs all of a product's splits (2, 4 or 8), a warp each, and adds
+// kCtaSplits > 1: one CTA runs all of a product's splits (2, 3, 4 or 8), a warp each, and adds
 // them itself in split order, through shared memory, instead of writing partials that the
 // tile's last CTA reads back from L2 (last_to_finish, split_sums: two L2 round trips on the
-// chain). Its warps are kCtaSplits splits of kCtaWarps / kCtaSplits row groups of 16 rows.
-// The same splits, the same sums in the same order: the same bits.
+// chain). Its warps are kCtaSplits splits of kCtaWarps / kCtaSplits row groups of 16 rows
+// (2 x 2, 1 x 3, 1 x 4, 1 x 8). The same splits, the same sums in the same order: the same
+// bits.
 constexpr int cta_warps(int cta_splits) {
-  return cta_splits > kWarps ? cta_splits : kWarps;
+  return cta_splits >= kWarps ? cta_splits : kWarps / cta_splits * cta_splits;
 }
 // Bytes of a warp's weight ring. fp8 takes 6 KiB, the least its stages allow (three of 2
 // KiB): against 12 KiB the 80B's decode step ran 1.029-1.031 times as fast at batch 1 and
@@ -153,9 +154,9 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
     gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
   static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
-  static_assert(kCtaSplits == 1 || (!kGrouped && kXShared && !kOneSplit &&
-                                    (kCtaSplits == 2 || kCtaSplits == 4 || kCtaSplits == 8)),
-                "splits in one CTA: plain products with shared activations");
+  static_assert(kCtaSplits == 1 || (!kGrouped && !kOneSplit &&
+                                    ((kCtaSplits >= 2 && kCtaSplits <= 4) || kCtaSplits == 8)),
+                "splits in one CTA: plain products");
   constexpr int kCtaWarps = cta_warps(kCtaSplits), kRowGroups = kCtaWarps / kCtaSplits;
   constexpr int kCtaRows = 16 * kRowGroups;
   constexpr bool kPacked = kRows <= 2;
@@ -538,44 +539,55 @@ void launch(const Params& p, int groups, int x_rows) {
 
 std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
 
-// kCtaSplits (above): a plain product of one row in 2, 4 or 8 splits, its activations shared
-// beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), where the CTAs run in one wave.
-// Returns whether it launched.
+// kCtaSplits (above): a plain product in 2, 3, 4 or 8 splits, of one row with its activations
+// shared beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), or of 3 to 8 rows with
+// each warp's own (the kRows 8 kernel's way), where the CTAs run in one wave. (2 rows keep
+// the split-parallel kernel: one kernel fewer of each kind.) Returns whether it launched.
 template <Elt E, Fused kFused, int kSplits>
-bool launch_cta_splits(const Params& p) {
-  constexpr int kRing = kSmallRingPerWarp<E, true>, kCtaWarps = cta_warps(kSplits);
-  constexpr int kCtaRows = 16 * (kCtaWarps / kSplits);
-  const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(kSplits * p.split_len);
+bool launch_cta_splits(const Params& p, int x_rows) {
+  constexpr int kCtaWarps = cta_warps(kSplits), kCtaRows = 16 * (kCtaWarps / kSplits);
+  if (x_rows == 2) return false;
+  const bool one = x_rows == 1;
+  constexpr int kRing1 = kSmallRingPerWarp<E, true>, kRing8 = kRingPerWarp<E, false>;
+  const size_t x_bytes = one ? 3 * Gemv<E, kRing1>::plane_pitch_bytes(kSplits * p.split_len) : 0;
   if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
-  configure<E, false, true, 1, kRing, kFused, false, false, kSplits>();
-  auto kernel = gemv_kernel<E, false, true, 1, kRing, kFused, false, false, kSplits>;
-  const size_t smem = kCtaWarps * kRing + x_bytes;
+  auto kernel = gemv_kernel<E, false, false, 8, kRing8, kFused, false, false, kSplits>;
+  if (one) {
+    configure<E, false, true, 1, kRing1, kFused, false, false, kSplits>();
+    kernel = gemv_kernel<E, false, true, 1, kRing1, kFused, false, false, kSplits>;
+  } else {
+    configure<E, false, false, 8, kRing8, kFused, false, false, kSplits>();
+  }
+  const size_t smem = kCtaWarps * (one ? kRing1 : kRing8) + x_bytes;
   int per_sm = 0;
-  HIBANA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCtaWarps * 32, smem));
+  HIBANA_CUDA(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCtaWarps * 32, smem));
   const int64_t ctas = (p.N + kCtaRows - 1) / kCtaRows;
   if (ctas > static_cast<int64_t>(per_sm) * num_sms()) return false;
-  launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p, 1);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p, x_rows);
   launched("gemv_kernel");
   g_one_cta_products.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 template <Elt E, Fused kFused>
-bool launch_cta_splits(const Params& p) {
+bool launch_cta_splits(const Params& p, int x_rows) {
   switch (p.splits) {
     case 2:
-      return launch_cta_splits<E, kFused, 2>(p);
+      return launch_cta_splits<E, kFused, 2>(p, x_rows);
+    case 3:
+      return launch_cta_splits<E, kFused, 3>(p, x_rows);
     case 4:
-      return launch_cta_splits<E, kFused, 4>(p);
+      return launch_cta_splits<E, kFused, 4>(p, x_rows);
     case 8:
-      return launch_cta_splits<E, kFused, 8>(p);
+      return launch_cta_splits<E, kFused, 8>(p, x_rows);
     default:
       return false;
   }
 }
 template <Elt E>
-bool launch_cta_splits(const Params& p) {
-  return p.conv_w != nullptr ? launch_cta_splits<E, Fused::conv>(p)
-                             : launch_cta_splits<E, Fused::none>(p);
+bool launch_cta_splits(const Params& p, int x_rows) {
+  return p.conv_w != nullptr ? launch_cta_splits<E, Fused::conv>(p, x_rows)
+                             : launch_cta_splits<E, Fused::none>(p, x_rows);
 }
 
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the
@@ -613,17 +625,18 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // Where the next kernel launches does not change what it computes: it still waits for this
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
-  // One row's splits in one CTA where they fit (on by default; HIBANA_CUDA_CTA_SPLITS=0: the
-  // split-parallel way, read at every call). Not for SwiGLU's paired rows.
-  if (!grouped && max_rows == 1 && p.pair == 0 && p.splits > 1 &&
-      knob_on("HIBANA_CUDA_CTA_SPLITS", true)) {
-    if (elt == Elt::bf16 ? launch_cta_splits<Elt::bf16>(p) : launch_cta_splits<Elt::fp8>(p)) {
+  const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
+  // A plain product's splits in one CTA where they fit (on by default;
+  // HIBANA_CUDA_CTA_SPLITS=0: the split-parallel way, read at every call). Not for SwiGLU's
+  // paired rows.
+  if (!grouped && p.pair == 0 && p.splits > 1 && knob_on("HIBANA_CUDA_CTA_SPLITS", true)) {
+    if (elt == Elt::bf16 ? launch_cta_splits<Elt::bf16>(p, x_rows)
+                         : launch_cta_splits<Elt::fp8>(p, x_rows)) {
       return;
     }
   }
   std::unique_ptr<Scratch> partial;
   if (p.splits > 1) partial = split_scratch(p, kRowsPerCta, 8, 8, groups);
-  const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
   if (elt == Elt::bf16) {
     grouped ? launch_rows<Elt::bf16, true>(p, groups, x_rows)
             : launch_rows<Elt::bf16, false>(p, groups, x_rows);

@@ -110,14 +110,69 @@ __device__ __forceinline__ float key_score(const float* q, const float* k, int h
   return (d0 + d1) + (d2 + d3);
 }
 
+// add_value_row for kH heads' weights w[0 .. kH) at once, the row read once (a compiled
+// head_dim): each head's sums are add_value_row's.
+template <int HD, int kH, int kAcc>
+__device__ __forceinline__ void add_value_rows(const float (&w)[kH], const float* vr, int lane,
+                                               float (&acc)[kH][kAcc]) {
+  using L = ValueLanes<HD>;
+  static_assert(HD > 0 && kAcc == L::kRuns * L::kVec, "compiled head_dims");
+#pragma unroll
+  for (int r = 0; r < L::kRuns; ++r) {
+    float v[L::kVec];
+    if constexpr (L::kVec == 4) {
+      const float4 f = *reinterpret_cast<const float4*>(vr + L::dim(r, 0, lane));
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+      const float2 f = *reinterpret_cast<const float2*>(vr + L::dim(r, 0, lane));
+      v[0] = f.x, v[1] = f.y;
+    }
+#pragma unroll
+    for (int hh = 0; hh < kH; ++hh) {
+#pragma unroll
+      for (int c = 0; c < L::kVec; ++c) {
+        acc[hh][L::kVec * r + c] = fmaf(w[hh], v[c], acc[hh][L::kVec * r + c]);
+      }
+    }
+  }
+}
+
+// key_score of one key against kH queries (rows hd apart), the key's row read once: each
+// score is key_score's (its four chains, added as (d0 + d1) + (d2 + d3)).
+template <int HD, int kH>
+__device__ __forceinline__ void key_scores(const float* q, const float* k, float (&s)[kH]) {
+  static_assert(HD > 0, "compiled head_dims");
+  const float4* kr = reinterpret_cast<const float4*>(k);
+  float d[kH][4];
+#pragma unroll
+  for (int hh = 0; hh < kH; ++hh) d[hh][0] = d[hh][1] = d[hh][2] = d[hh][3] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < HD / 4; ++i) {
+    const float4 b = kr[i];
+#pragma unroll
+    for (int hh = 0; hh < kH; ++hh) {
+      const float4 a = reinterpret_cast<const float4*>(q + hh * HD)[i];
+      d[hh][0] = fmaf(a.x, b.x, d[hh][0]);
+      d[hh][1] = fmaf(a.y, b.y, d[hh][1]);
+      d[hh][2] = fmaf(a.z, b.z, d[hh][2]);
+      d[hh][3] = fmaf(a.w, b.w, d[hh][3]);
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kH; ++hh) s[hh] = (d[hh][0] + d[hh][1]) + (d[hh][2] + d[hh][3]);
+}
+
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
 // split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
 // repeats this arithmetic exactly for blocks of tokens. HD is the head_dim where it is one of
 // the compiled variants (the copies' index arithmetic becomes shifts, the score loop unrolls,
-// the value rows are read as vectors), 0 for any other multiple of 4.
-template <int S, int HD>
+// the value rows are read as vectors), 0 for any other multiple of 4. kH: query heads per warp
+// (2 for a compiled head_dim and a group of 8 or more, below: each K and V row read from shared
+// memory once for both, half the reads; each head's arithmetic unchanged).
+template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;
+  static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
   pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
@@ -127,9 +182,10 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int begin = split * p.split;
   if (begin > qpos) return;
   const int end = min(qpos + 1, begin + p.split);
-  const int group = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warps * kH;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
-  const int h = kvh * group + warp;
+  const int h = kvh * group + warp * kH;  // the warp's first head
   const int page = static_cast<int>(p.page);
   const int32_t* pages = p.table + seq * p.max_pages;
 
@@ -156,7 +212,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     key_rows[i] =
         pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
   }
-  for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = p.q[t * p.ldq + h * hd + d];
+  for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
@@ -170,7 +226,7 @@ __global__ void attention_split_kernel(AttnParams p) {
       // steps: the shuffles see the whole warp).
       constexpr int kQ4 = HD / 4, kLanes = kQ4 < 32 ? kQ4 : 32, kCopies = kQ4 / kLanes;
       constexpr int kKeysPerStep = 32 / kLanes;
-      for (int j0 = warp * kKeysPerStep; j0 < kTile; j0 += group * kKeysPerStep) {
+      for (int j0 = warp * kKeysPerStep; j0 < kTile; j0 += warps * kKeysPerStep) {
         const int j = j0 + lane / kLanes;
         const int row = __shfl_sync(0xffffffffu, key_row, j);
         const bool ok = row >= 0;
@@ -198,10 +254,15 @@ __global__ void attention_split_kernel(AttnParams p) {
   };
 
   constexpr int kAcc = HD == 0 ? kMaxDimsPerLane : L::kRuns * L::kVec;
-  float acc[kAcc];
+  float acc[kH][kAcc];
+  float m_run[kH], l_run[kH];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-  float m_run = -INFINITY, l_run = 0.0f;
+  for (int hh = 0; hh < kH; ++hh) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[hh][i] = 0.0f;
+    m_run[hh] = -INFINITY;
+    l_run[hh] = 0.0f;
+  }
   const int ntiles = (end - begin + kTile - 1) / kTile;
   for (int it = 0; it < S - 1; ++it) {
     if (it < ntiles) load_tile(it, it);
@@ -218,39 +279,59 @@ __global__ void attention_split_kernel(AttnParams p) {
     const float* kt = ks + slot * kstride;
     const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
-    const float s =
-        valid ? key_score<HD>(qs + warp * hd, kt + lane * (hd + 4), hd) * p.scale : -INFINITY;
-    const float m_new = fmaxf(m_run, warp_max(s));
-    const float pj = valid ? expf(s - m_new) : 0.0f;
-    const float alpha = expf(m_run - m_new);
-    l_run = l_run * alpha + warp_sum(pj);
-    m_run = m_new;
+    float s[kH], pj[kH];
+    if constexpr (kH == 1) {
+      s[0] = key_score<HD>(qs + warp * hd, kt + lane * (hd + 4), hd);
+    } else {
+      key_scores<HD, kH>(qs + warp * kH * hd, kt + lane * (hd + 4), s);
+    }
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] *= alpha;
+    for (int hh = 0; hh < kH; ++hh) {
+      s[hh] = valid ? s[hh] * p.scale : -INFINITY;
+      const float m_new = fmaxf(m_run[hh], warp_max(s[hh]));
+      pj[hh] = valid ? expf(s[hh] - m_new) : 0.0f;
+      const float alpha = expf(m_run[hh] - m_new);
+      l_run[hh] = l_run[hh] * alpha + warp_sum(pj[hh]);
+      m_run[hh] = m_new;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[hh][i] *= alpha;
+    }
+    auto add_row = [&](int j) {
+      if constexpr (kH == 1) {
+        add_value_row<HD>(__shfl_sync(0xffffffffu, pj[0], j), vt + j * hd, hd, lane, acc[0]);
+      } else {
+        float w[kH];
+#pragma unroll
+        for (int hh = 0; hh < kH; ++hh) w[hh] = __shfl_sync(0xffffffffu, pj[hh], j);
+        add_value_rows<HD, kH, kAcc>(w, vt + j * hd, lane, acc);
+      }
+    };
     const int nvalid = min(end - j0, kTile);
     if (nvalid == kTile) {  // a full tile: every key's row, unrolled
 #pragma unroll 8
-      for (int j = 0; j < kTile; ++j)
-        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
+      for (int j = 0; j < kTile; ++j) add_row(j);
     } else {
 #pragma unroll 4
-      for (int j = 0; j < nvalid; ++j)
-        add_value_row<HD>(__shfl_sync(0xffffffffu, pj, j), vt + j * hd, hd, lane, acc);
+      for (int j = 0; j < nvalid; ++j) add_row(j);
     }
     __syncthreads();  // the slot is refilled next
   }
-  float* out = p.partial + (((t - p.t_begin) * p.heads + h) * p.max_splits + split) * (hd + 2);
 #pragma unroll
-  for (int r = 0; r < kAcc / L::kVec; ++r) {
+  for (int hh = 0; hh < kH; ++hh) {
+    float* out =
+        p.partial + (((t - p.t_begin) * p.heads + h + hh) * p.max_splits + split) * (hd + 2);
 #pragma unroll
-    for (int c = 0; c < L::kVec; ++c) {
-      const int d = L::dim(r, c, lane);
-      if (HD > 0 || d < hd) out[d] = acc[r * L::kVec + c];
+    for (int r = 0; r < kAcc / L::kVec; ++r) {
+#pragma unroll
+      for (int c = 0; c < L::kVec; ++c) {
+        const int d = L::dim(r, c, lane);
+        if (HD > 0 || d < hd) out[d] = acc[hh][r * L::kVec + c];
+      }
     }
-  }
-  if (lane == 0) {
-    out[hd] = m_run;
-    out[hd + 1] = l_run;
+    if (lane == 0) {
+      out[hd] = m_run[hh];
+      out[hd + 1] = l_run[hh];
+    }
   }
 }
 
@@ -324,18 +405,20 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
 
 using SplitKernel = void (*)(AttnParams);
 
-// The per-token kernel for `stages` tiles in flight and this head_dim: the compiled variants
-// for head_dim 64, 128 and 256 with 2 or 3 stages, the run-time head_dim kernel otherwise.
-SplitKernel split_kernel(int stages, int64_t hd) {
-  auto fixed = [hd](auto s) -> SplitKernel {
+// The per-token kernel for `stages` tiles in flight, this head_dim and heads a warp (1, or 2
+// for a compiled head_dim): the compiled variants for head_dim 64, 128 and 256 with 2 or 3
+// stages, the run-time head_dim kernel otherwise.
+SplitKernel split_kernel(int stages, int64_t hd, int heads_per_warp = 1) {
+  auto fixed = [hd, heads_per_warp](auto s) -> SplitKernel {
     constexpr int S = decltype(s)::value;
+    const bool two = heads_per_warp == 2;
     switch (hd) {
       case 64:
-        return attention_split_kernel<S, 64>;
+        return two ? attention_split_kernel<S, 64, 2> : attention_split_kernel<S, 64>;
       case 128:
-        return attention_split_kernel<S, 128>;
+        return two ? attention_split_kernel<S, 128, 2> : attention_split_kernel<S, 128>;
       case 256:
-        return attention_split_kernel<S, 256>;
+        return two ? attention_split_kernel<S, 256, 2> : attention_split_kernel<S, 256>;
       default:
         return attention_split_kernel<S, 0>;
     }
@@ -399,8 +482,10 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (int stages = 1; stages <= 3; ++stages) {
       for (int64_t d : {0, 64, 128, 256}) {
-        HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d),
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+        for (int heads_per_warp : {1, 2}) {
+          HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d, heads_per_warp),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+        }
       }
     }
     return true;
@@ -453,7 +538,19 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     } else {
       dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                 static_cast<unsigned>(max_splits));
-      launch_pdl(split_kernel(stages, hd), grid, static_cast<unsigned>(group * 32), smem, p);
+      // Two query heads a warp where the group is even and the head_dim compiled: by default
+      // for groups of 8 or more, whose 8 warps each read every K and V row from shared memory
+      // (the 80B's, 16 heads on 2: 1.015 at batch 1, 1.012 at 8; the 8B's group of 4: 1.001
+      // and 0.992, H100, docs/benchmarks.md, twenty-sixth slice).
+      // HIBANA_CUDA_ATTENTION_HEADS_PER_WARP 1: never, 2: for any even group (read at every
+      // launch; the bits do not depend on it).
+      const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
+      // (split_kernel has two-head variants for compiled head_dims at 2 and 3 stages only.)
+      const bool pairs_fit = group % 2 == 0 && (hd == 64 || hd == 128 || hd == 256) && stages >= 2;
+      const int per_warp =
+          pairs_fit && (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8)) ? 2 : 1;
+      launch_pdl(split_kernel(stages, hd, per_warp), grid,
+                 static_cast<unsigned>(group / per_warp * 32), smem, p);
       launched("attention_split_kernel");
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,

@@ -2,9 +2,10 @@
 //
 // A token's keys are cut into fixed splits of kSplit absolute positions (128; 64 or 32 with
 // HIBANA_CUDA_ATTENTION_SPLIT, a benchmark knob that changes the bits). One CTA per (token,
-// KV head, split) runs an online softmax over its split, one warp per query head of the group,
-// sharing each 32-key tile of K and V through shared memory (prefill: blocks of tokens per CTA,
-// attention_tiled.cu); a second kernel merges the splits of each (token, head) in split order.
+// KV head, split) runs an online softmax over its split, one warp per query head of the group
+// (per two heads in groups of 8 or more), sharing each 32-key tile of K and V through shared
+// memory (prefill: blocks of tokens per CTA, attention_tiled.cu); a second kernel merges the
+// splits of each (token, head) in split order.
 // Split boundaries depend only on positions, so a token's output does not depend on the batch
 // it came in or on how its prompt was chunked.
 #include <algorithm>
@@ -163,12 +164,13 @@ __device__ __forceinline__ void key_scores(const float* q, const float* k, float
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
-// split), one warp per query head of the group, S tiles of K and V in flight. attention_tiled.cu
-// repeats this arithmetic exactly for blocks of tokens. HD is the head_dim where it is one of
-// the compiled variants (the copies' index arithmetic becomes shifts, the score loop unrolls,
-// the value rows are read as vectors), 0 for any other multiple of 4. kH: query heads per warp
-// (2 for a compiled head_dim and a group of 8 or more, below: each K and V row read from shared
-// memory once for both, half the reads; each head's arithmetic unchanged).
+// split), one warp per kH query heads of the group, S tiles of K and V in flight.
+// attention_tiled.cu repeats this arithmetic exactly for blocks of tokens. HD is the head_dim
+// where it is one of the compiled variants (the copies' index arithmetic becomes shifts, the
+// score loop unrolls, the value rows are read as vectors), 0 for any other multiple of 4. kH:
+// 2 for a compiled head_dim and a group of 8 or more (below: each K and V row read from shared
+// memory once for both heads, half the reads; each head's arithmetic unchanged), else 1. (Four
+// heads a warp at head_dim 256, two warps a CTA, measured 0.975: branch exp/attention-4-heads.)
 template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;

@@ -476,14 +476,14 @@ int ctas_per_sm(size_t smem) {
 }
 
 // Sets the dynamic shared memory limit of a kernel variant once.
-template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused, bool kOneSplit,
-          bool kXEarly = false, int kCtaSplits = 1>
+template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing, Fused kFused,
+          bool kOneSplit, bool kXEarly = false>
 void configure() {
   static const bool done = [] {
     HIBANA_CUDA(cudaFuncSetAttribute(
-        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly, kCtaSplits>,
+        gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, kOneSplit, kXEarly>,
         cudaFuncAttributeMaxDynamicSharedMemorySize,
-        cta_warps(kCtaSplits) * kRing + (kXShared ? kXSharedMax : 0)));
+        kWarps * kRing + (kXShared ? kXSharedMax : 0)));
     return true;
   }();
   (void)done;
@@ -539,6 +539,23 @@ void launch(const Params& p, int groups, int x_rows) {
 
 std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
 
+// The dynamic shared memory a one-CTA kernel may take, set once: what its rings and the most
+// shared activations need, or the GPU's limit where that is less (8 warps of 10 KiB bf16 rings
+// and 26 KiB of activations are more than GB10's 99 KiB: its launches that do not fit take the
+// split-parallel kernel instead of failing to set the attribute).
+template <Elt E, bool kXShared, int kRows, int kRing, Fused kFused, int kSplits>
+int cta_smem_limit() {
+  static const int limit = [] {
+    const int want = std::min(cta_warps(kSplits) * kRing + (kXShared ? kXSharedMax : 0),
+                              smem_per_block());
+    HIBANA_CUDA(cudaFuncSetAttribute(
+        gemv_kernel<E, false, kXShared, kRows, kRing, kFused, false, false, kSplits>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize, want));
+    return want;
+  }();
+  return limit;
+}
+
 // kCtaSplits (above): a plain product in 2, 3, 4 or 8 splits, of one row with its activations
 // shared beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), or of 3 to 8 rows with
 // each warp's own (the kRows 8 kernel's way), where the CTAs run in one wave. (2 rows keep
@@ -552,13 +569,15 @@ bool launch_cta_splits(const Params& p, int x_rows) {
   const size_t x_bytes = one ? 3 * Gemv<E, kRing1>::plane_pitch_bytes(kSplits * p.split_len) : 0;
   if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
   auto kernel = gemv_kernel<E, false, false, 8, kRing8, kFused, false, false, kSplits>;
+  int limit = 0;
   if (one) {
-    configure<E, false, true, 1, kRing1, kFused, false, false, kSplits>();
     kernel = gemv_kernel<E, false, true, 1, kRing1, kFused, false, false, kSplits>;
+    limit = cta_smem_limit<E, true, 1, kRing1, kFused, kSplits>();
   } else {
-    configure<E, false, false, 8, kRing8, kFused, false, false, kSplits>();
+    limit = cta_smem_limit<E, false, 8, kRing8, kFused, kSplits>();
   }
   const size_t smem = kCtaWarps * (one ? kRing1 : kRing8) + x_bytes;
+  if (smem > static_cast<size_t>(limit)) return false;
   int per_sm = 0;
   HIBANA_CUDA(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCtaWarps * 32, smem));

@@ -462,12 +462,15 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
 // every token has 10 routed experts of 16 and the shared one (expert 16): two batches of the
 // combine's loads. Rows of 2048 (the 80B's) and 7000 (past the values a thread keeps in
 // registers) take the one kernel (no add_rmsnorm op of its own), 512 (add_rmsnorm's two
-// kernels) does not; 1, 5 and 40 tokens, plain and zero-centred norms.
+// kernels) does not; 1, 5 and 40 tokens, plain and zero-centred norms. At 1100 (2200-byte
+// bf16 rows) the pooled experts past the first start off a 16-byte boundary: the grouped
+// launches must not take their vector loads from the first expert's alignment (they did: a
+// run at 1100 faulted, misaligned address).
 TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
   ScopedEnv timing("HIBANA_CUDA_TIMING", "1");
   const std::unique_ptr<Backend> timed = make_cuda_backend();  // (its timer reads it now)
   const int64_t E = 16, k = 10, pairs = k + 1, I = 32;
-  for (const int64_t H : {int64_t{2048}, int64_t{7000}, int64_t{512}}) {
+  for (const int64_t H : {int64_t{2048}, int64_t{1100}, int64_t{7000}, int64_t{512}}) {
     const PooledExperts pooled(*this, E + 1, H, I);
     for (const int64_t T : {int64_t{1}, int64_t{5}, int64_t{40}}) {
       // zero-centred, fused routing

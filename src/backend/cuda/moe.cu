@@ -23,14 +23,23 @@ using mm::Params;
 // Device copies of the pointer tables of an expert set, built on its first use and kept with
 // the weights (their BackendCache): a cache keyed by addresses would hand a reloaded model,
 // whose matrices can land at the old addresses in another order, the old model's tables.
+// A grouped launch describes every matrix by the first (mm::describe_weight), and its
+// vector loads need every matrix 16-byte aligned, not only the first: `aligned` says whether
+// they all are (where one is not, the launch takes the unvectorised kernel).
+struct ExpertTable {
+  Buffer ptrs;  // MatPtr[E]
+  bool aligned = true;
+};
 struct ExpertTables {
-  Buffer gate, up, down, gate_up;  // MatPtr[E] each (gate_up: when the experts have it)
+  ExpertTable gate, up, down, gate_up;  // (gate_up: when the experts have it)
 };
 std::mutex g_tables_mutex;
 
-Buffer upload_table(const std::vector<Weight>& ws) {
+ExpertTable upload_table(const std::vector<Weight>& ws) {
   std::vector<MatPtr> host(ws.size());
+  ExpertTable t;
   for (size_t e = 0; e < ws.size(); ++e) {
+    t.aligned = t.aligned && reinterpret_cast<uintptr_t>(ws[e].w.data) % 16 == 0;
     host[e].w = ws[e].w.data;
     host[e].scale = ws[e].scale.empty() ? nullptr : ws[e].scale.data;
     check(ws[e].w.dtype == ws[0].w.dtype && ws[e].w.stride[0] == ws[0].w.stride[0] &&
@@ -38,9 +47,9 @@ Buffer upload_table(const std::vector<Weight>& ws) {
               ws[e].scale.empty() == ws[0].scale.empty(),
           ErrorKind::unsupported, "CUDA MoE: experts differ in dtype or shape");
   }
-  Buffer b(host.size() * sizeof(MatPtr), Device::cuda);
-  copy_bytes(b.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(MatPtr));
-  return b;
+  t.ptrs = Buffer(host.size() * sizeof(MatPtr), Device::cuda);
+  copy_bytes(t.ptrs.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(MatPtr));
+  return t;
 }
 
 const ExpertTables& tables_for(const ExpertWeights& ex) {
@@ -180,15 +189,16 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
   // streamed before its wait where f.prefetch_down).
-  auto grouped = [&](const Weight& w0, const Buffer& table, const Tensor& in, int x_div, float* dst,
-                     int64_t ldo, int64_t pair, bool reads_x) {
+  auto grouped = [&](const Weight& w0, const ExpertTable& table, const Tensor& in, int x_div,
+                     float* dst, int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
     mm::describe_weight(w0, p);
+    p.vec_w = p.vec_w && table.aligned;
     mm::describe_x(in, p);
     p.out = dst;
     p.ldo = ldo;
     p.M = pairs;
-    p.mats = static_cast<const MatPtr*>(table.data());
+    p.mats = static_cast<const MatPtr*>(table.ptrs.data());
     p.group_offset = groups.offsets.as<int32_t>();
     p.group_rows = groups.rows.as<int32_t>();
     p.x_div = x_div;

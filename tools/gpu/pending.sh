@@ -73,7 +73,8 @@ call4() {
 }
 
 # The official figures (on an H200: the 80B's batch 32 and 64 need its memory), after every
-# CUDA test (the thirtieth session's last routing test, c5f2824, has not run on a GPU yet).
+# CUDA test (the twenty-sixth slice's one-CTA splits and two heads a warp have run on H100s
+# only).
 call9() {
   timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
   BATCHES=1,8,32,64 timeout 230 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7

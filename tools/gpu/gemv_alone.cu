@@ -6,8 +6,9 @@
 // runs fp8 weights with 128 x 128 block scales (all 1) on the 80B's shapes (bf16 and the 8B's
 // by default). EXPERTS=1: the 80B's expert gate/up instead (experts_main below).
 //
-// Not part of the build (a measuring tool, like the rest of tools/gpu); tools/gpu/gemv_variants.sh
-// builds it over edited copies of the kernel:
+// A measuring tool, built with the project (target gemv_alone, where nvcc is found) only so
+// that a change to the decode matmul that breaks it (a host piece it does not stub) shows in
+// CI; tools/gpu/gemv_variants.sh builds it over edited copies of the kernel, or by hand:
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -Isrc -DNDEBUG \
 //     -o gemv_alone tools/gpu/gemv_alone.cu && ./gemv_alone
 #include <algorithm>
@@ -35,6 +36,12 @@ int num_sms() {
   int dev = 0, n = 0;
   CHECK(cudaGetDevice(&dev));
   CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+int smem_per_block() {
+  int dev = 0, n = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return n;
 }
 Scratch::Scratch(size_t, bool) {}

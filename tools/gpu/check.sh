@@ -351,11 +351,12 @@ stage_sweep() {
 
 # Edited builds of one source file, benchmarked alternately (for constants a knob would
 # multiply instantiations of): EDITS, one "LABEL SED" a line (SED a sed -E script applied to
-# FILE, matmul_gemv.cu by default; LABEL orig alone: the source as it is; the first is the
-# reference), ROUNDS alternating runs on the CONFIGS. Each is its own build, the first built
-# last: with orig first, $B/hibana is the source's build again after.
+# FILE, the decode matmul's kernel gemv_kernel.cuh by default; LABEL orig alone: the source
+# as it is; the first is the reference), ROUNDS alternating runs on the CONFIGS. Each is its
+# own build, the first built last: with orig first, $B/hibana is the source's build again
+# after.
 stage_edit_sweep() {
-  local f=${FILE:-src/backend/cuda/matmul_gemv.cu} label expr labels=""
+  local f=${FILE:-src/backend/cuda/gemv_kernel.cuh} label expr labels=""
   : "${EDITS:?EDITS=\"LABEL SED\" lines}"
   cp $f $B/edit_sweep.orig
   rm -f "$OUT/ab.txt"

@@ -1,10 +1,10 @@
-// The decode matmul kernel (src/backend/cuda/matmul_gemv.cu, included whole) timed alone,
-// outside hibana, beside tools/gpu/weight_stream.cu's "rows" kernel over the same buffers with
-// the same timing: how much of the gap between the decode matmul and a bare read of its
-// weights is the kernel's own. The backend's host pieces it calls are stubbed below; one
-// split per product (split_len = K), weights of random bits, activations of zeros. DTYPE=fp8
-// runs fp8 weights with 128 x 128 block scales (all 1) on the 80B's shapes (bf16 and the 8B's
-// by default). EXPERTS=1: the 80B's expert gate/up instead (experts_main below).
+// The decode matmul kernel (src/backend/cuda/matmul_gemv.cu, with gemv_kernel.cuh, included
+// whole) timed alone, outside hibana, beside tools/gpu/weight_stream.cu's "rows" kernel over
+// the same buffers with the same timing: how much of the gap between the decode matmul and a
+// bare read of its weights is the kernel's own. The backend's host pieces it calls are stubbed
+// below; one split per product (split_len = K), weights of random bits, activations of zeros.
+// DTYPE=fp8 runs fp8 weights with 128 x 128 block scales (all 1) on the 80B's shapes (bf16
+// and the 8B's by default). EXPERTS=1: the 80B's expert gate/up instead (experts_main below).
 //
 // A measuring tool, built with the project (target gemv_alone, where nvcc is found) only so
 // that a change to the decode matmul that breaks it (a host piece it does not stub) shows in

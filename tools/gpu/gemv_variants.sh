@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: builds tools/gpu/gemv_alone.cu over edited copies of the decode
-# matmul (matmul_gemv.cu, common.cuh, mma_common.cuh) and runs each, to find which part of the
-# kernel holds it below the bare weight stream printed beside it. The edits break its results
-# (timing only). DTYPE=fp8 times the fp8 kernel on the 80B's shapes.
+# matmul (matmul_gemv.cu and its kernel gemv_kernel.cuh, common.cuh, mma_common.cuh) and runs
+# each, to find which part of the kernel holds it below the bare weight stream printed beside
+# it. The edits break its results (timing only). DTYPE=fp8 times the fp8 kernel on the 80B's shapes.
 # Usage: tools/gpu/gemv_variants.sh base bare nofill ...   (variants below; builds in parallel)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,7 @@ NOSCALE='s/if \(scaled && \(cend == block_end \|\| cend >= span\)\)/if (false)/;
 NOBREAK='s/if \(ck >= span\) break;//;'
 SIMPLE='s/\(in \? k_issue \+ u \* KC : 0\)/(k_issue + u * KC)/; s/in && okA\)/true)/; s/in && okB\)/true)/;'
 NOZFILL='s/"cp.async.cg.shared.global.L2::256B \[%0\], \[%1\], 16, %2;\\n" ::"r"\(smem\), "l"\(gmem\),\n\s*"r"\(valid \? 16 : 0\)\);/"cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\\n" ::"r"(smem), "l"(gmem));/;'
-LB='s/__launch_bounds__\(kWarps \* 32, 4\)/__launch_bounds__(kWarps * 32)/;'
+LB='s/__launch_bounds__\(cta_warps\(kCtaSplits\) \* 32, 4 \* kWarps \/ cta_warps\(kCtaSplits\)\)/__launch_bounds__(cta_warps(kCtaSplits) * 32)/;'
 NOFINISH='s/  finish<([^>]*)>\(/  if (total[0] == 12345.0f) finish<$1>(/;'
 # fp8 weights: the A fragment as f16 (one conversion per pair instead of four: e4m3 -> f16x2,
 # not then -> f32 -> bf16) into an f16 mma — what an f16 activation split would cost; or no
@@ -60,11 +60,13 @@ build() {
   local d=$W/$1 e
   e=$(edits "$1") || { echo "$1: unknown variant"; return 1; }
   mkdir -p "$d/src/backend/cuda"
-  cp src/backend/cuda/matmul_gemv.cu src/backend/cuda/common.cuh src/backend/cuda/mma_common.cuh \
-    "$d/src/backend/cuda/"
+  cp src/backend/cuda/matmul_gemv.cu src/backend/cuda/gemv_kernel.cuh src/backend/cuda/common.cuh \
+    src/backend/cuda/mma_common.cuh "$d/src/backend/cuda/"
   local ek=${e%%@@*} rest=${e#*@@}
   local ec=${rest%%@@*} em=${rest#*@@}
-  [ -n "$ek" ] && perl -0pi -e "$ek" "$d/src/backend/cuda/matmul_gemv.cu"
+  # (the kernel edits go to both files: the launch's and the kernel's code)
+  [ -n "$ek" ] && perl -0pi -e "$ek" "$d/src/backend/cuda/matmul_gemv.cu" \
+    "$d/src/backend/cuda/gemv_kernel.cuh"
   [ -n "$ec" ] && perl -0pi -e "$ec" "$d/src/backend/cuda/common.cuh"
   [ -n "$em" ] && perl -0pi -e "$em" "$d/src/backend/cuda/mma_common.cuh"
   $NVCC -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$d/src" -Isrc -DNDEBUG \

@@ -1,5 +1,5 @@
 // The weight-stream kernel of tools/gpu/weight_stream.cu, shared with gemv_alone.cu: a kernel
-// shaped like matmul_gemv.cu (4 warps per CTA, 16 weight rows per warp, each lane copying
+// shaped like gemv_kernel.cuh (4 warps per CTA, 16 weight rows per warp, each lane copying
 // 16-byte pieces with cp.async into a warp-private ring, D - 1 stages in flight) that only folds
 // what lands into a checksum.
 #pragma once

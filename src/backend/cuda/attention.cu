@@ -197,7 +197,7 @@ __global__ void attention_split_kernel(AttnParams p) {
   // K rows padded to hd + 4 floats: 16-byte aligned, and a quarter-warp's float4 reads of 8
   // consecutive keys hit distinct banks. S tiles of K and V are in flight (cp.async): the next
   // ones load while this one is used.
-  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  // 128-byte aligned for its cp.async copies (gemv_kernel.cuh says why).
   extern __shared__ __align__(128) float sm[];
   const int kstride = kTile * (hd + 4), vstride = kTile * hd;
   float* ks = sm;                // [S][kTile][hd + 4]

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
     cta_end = max(cta_end, min(static_cast<int64_t>(p.pos[tb + i]) + 1, begin + p.split));
   if (cta_end <= begin) return;
 
-  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  // 128-byte aligned for its cp.async copies (gemv_kernel.cuh says why).
   extern __shared__ __align__(128) float sm[];
   float* qs = sm;                                       // [R][kPitch]
   float* ks = qs + R * S::kPitch;                       // [2][kTile][kPitch]

@@ -1,4 +1,4 @@
-// Private to matmul_gemv.cu: the decode matmul's epilogue — a lane's sums into the output or the
+// Private to gemv_kernel.cuh: the decode matmul's epilogue — a lane's sums into the output or the
 // split partials, the last CTA of a tile reducing them, and what a fused launch applies as it
 // stores (SwiGLU, the DeltaNet's conv).
 #pragma once

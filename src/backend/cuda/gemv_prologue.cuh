@@ -1,4 +1,4 @@
-// Private to matmul_gemv.cu: what the decode kernel does before its loop — the group a grouped
+// Private to gemv_kernel.cuh: what the decode kernel does before its loop — the group a grouped
 // CTA serves (its matrix and rows), and the split of its activations into shared memory.
 #pragma once
 

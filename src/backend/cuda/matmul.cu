@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   constexpr int BN = kThreads / G, BM = TM * G;
   constexpr int XP = BK + 4;  // padded pitch of an activation row, floats
   constexpr int kStages = stages_for(TM, kSerial);
-  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  // 128-byte aligned for its cp.async copies (gemv_kernel.cuh says why).
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ws = smem;  // [kStages][BN][kRowPitch]
   float* xs = reinterpret_cast<float*>(smem + kStages * BN * kRowPitch);  // [kStages][BM][XP]

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
   pdl_start();
   using S = Small<E, NT>;
   constexpr int esize = S::esize, VE = S::VE, KC = S::KC, U = S::U, BM = S::BM, D = S::D;
-  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  // 128-byte aligned for its cp.async copies (gemv_kernel.cuh says why).
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;

@@ -88,7 +88,7 @@ template <Elt E, bool kGrouped, bool kPre>
 __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   pdl_start();
   using T = Tile<E, kPre>;
-  // 128-byte aligned for its cp.async copies (matmul_gemv.cu says why).
+  // 128-byte aligned for its cp.async copies (gemv_kernel.cuh says why).
   extern __shared__ __align__(128) unsigned char smem[];
   const int depth = p.tiled_depth;
   uint32_t* split = reinterpret_cast<uint32_t*>(smem + depth * T::kStageBytes);  // [3][tok][w]

@@ -89,54 +89,67 @@ void launch(const Params& p, int groups, int x_rows) {
 
 std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
 
-// The dynamic shared memory a one-CTA kernel may take, set once: what its rings and the most
-// shared activations need, or the GPU's limit where that is less (8 warps of 10 KiB bf16 rings
-// and 26 KiB of activations are more than GB10's 99 KiB: its launches that do not fit take the
-// split-parallel kernel instead of failing to set the attribute).
+// A one-CTA kernel (kCtaSplits, gemv_kernel.cuh) and what its launches ask of the GPU, each
+// found once.
 template <Elt E, bool kXShared, int kRows, int kRing, Fused kFused, int kSplits>
-int cta_smem_limit() {
-  static const int limit = [] {
-    const int want = std::min(cta_warps(kSplits) * kRing + (kXShared ? kXSharedMax : 0),
-                              smem_per_block());
-    HIBANA_CUDA(cudaFuncSetAttribute(
-        gemv_kernel<E, false, kXShared, kRows, kRing, kFused, false, false, kSplits>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize, want));
-    return want;
-  }();
-  return limit;
-}
+struct CtaKernel {
+  static constexpr int kCtaWarps = cta_warps(kSplits), kCtaRows = 16 * (kCtaWarps / kSplits);
+  static auto kernel() {
+    return gemv_kernel<E, false, kXShared, kRows, kRing, kFused, false, false, kSplits>;
+  }
+  // The dynamic shared memory it may take, set once: what its rings and the most shared
+  // activations need, or the GPU's limit where that is less (8 warps of 10 KiB bf16 rings and
+  // 26 KiB of activations are more than GB10's 99 KiB: its launches that do not fit take the
+  // split-parallel kernel instead of failing to set the attribute).
+  static int smem_limit() {
+    static const int limit = [] {
+      const int want = std::min(kCtaWarps * kRing + (kXShared ? kXSharedMax : 0),
+                                smem_per_block());
+      HIBANA_CUDA(
+          cudaFuncSetAttribute(kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, want));
+      return want;
+    }();
+    return limit;
+  }
+  // Its CTAs of `smem` bytes that fit one SM (the occupancy API: registers and threads as well
+  // as shared memory), kept for the last size asked, which a decode step asks again.
+  static int per_sm(size_t smem) {
+    static std::atomic<uint64_t> last{0};  // smem << 8 | CTAs
+    const uint64_t seen = last.load(std::memory_order_relaxed);
+    if (seen >> 8 == smem) return static_cast<int>(seen & 0xff);
+    int n = 0;
+    HIBANA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel(), kCtaWarps * 32, smem));
+    last.store(static_cast<uint64_t>(smem) << 8 | static_cast<uint64_t>(std::min(n, 255)),
+               std::memory_order_relaxed);
+    return n;
+  }
+  // Launches p where its CTAs, with x_bytes of shared activations, run in one wave.
+  static bool launch(const Params& p, int x_rows, size_t x_bytes) {
+    const size_t smem = kCtaWarps * kRing + x_bytes;
+    if (smem > static_cast<size_t>(smem_limit())) return false;
+    const int64_t ctas = (p.N + kCtaRows - 1) / kCtaRows;
+    if (ctas > static_cast<int64_t>(per_sm(smem)) * num_sms()) return false;
+    launch_pdl(kernel(), dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p,
+               x_rows);
+    launched("gemv_kernel");
+    g_one_cta_products.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+};
 
-// kCtaSplits (above): a plain product in 2, 3, 4 or 8 splits, of one row with its activations
-// shared beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), or of 3 to 8 rows with
-// each warp's own (the kRows 8 kernel's way), where the CTAs run in one wave. (2 rows keep
-// the split-parallel kernel: one kernel fewer of each kind.) Returns whether it launched.
+// kCtaSplits: a plain product in 2, 3, 4 or 8 splits, of one row with its activations shared
+// beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), or of 3 to 8 rows with each
+// warp's own (the kRows 8 kernel's way), where the CTAs run in one wave. (2 rows keep the
+// split-parallel kernel: one kernel fewer of each kind.) Returns whether it launched.
 template <Elt E, Fused kFused, int kSplits>
 bool launch_cta_splits(const Params& p, int x_rows) {
-  constexpr int kCtaWarps = cta_warps(kSplits), kCtaRows = 16 * (kCtaWarps / kSplits);
-  if (x_rows == 2) return false;
-  const bool one = x_rows == 1;
-  constexpr int kRing1 = kSmallRingPerWarp<E, true>, kRing8 = kRingPerWarp<E, false>;
-  const size_t x_bytes = one ? 3 * Gemv<E, kRing1>::plane_pitch_bytes(kSplits * p.split_len) : 0;
-  if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
-  auto kernel = gemv_kernel<E, false, false, 8, kRing8, kFused, false, false, kSplits>;
-  int limit = 0;
-  if (one) {
-    kernel = gemv_kernel<E, false, true, 1, kRing1, kFused, false, false, kSplits>;
-    limit = cta_smem_limit<E, true, 1, kRing1, kFused, kSplits>();
-  } else {
-    limit = cta_smem_limit<E, false, 8, kRing8, kFused, kSplits>();
+  if (x_rows > 2) {
+    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, kFused, kSplits>::launch(p, x_rows, 0);
   }
-  const size_t smem = kCtaWarps * (one ? kRing1 : kRing8) + x_bytes;
-  if (smem > static_cast<size_t>(limit)) return false;
-  int per_sm = 0;
-  HIBANA_CUDA(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCtaWarps * 32, smem));
-  const int64_t ctas = (p.N + kCtaRows - 1) / kCtaRows;
-  if (ctas > static_cast<int64_t>(per_sm) * num_sms()) return false;
-  launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p, x_rows);
-  launched("gemv_kernel");
-  g_one_cta_products.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  constexpr int kRing = kSmallRingPerWarp<E, true>;
+  const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(kSplits * p.split_len);
+  return x_rows == 1 && x_bytes <= static_cast<size_t>(kXSharedMax) &&
+         CtaKernel<E, true, 1, kRing, kFused, kSplits>::launch(p, 1, x_bytes);
 }
 template <Elt E, Fused kFused>
 bool launch_cta_splits(const Params& p, int x_rows) {

@@ -56,63 +56,43 @@ struct ValueLanes {
   }
 };
 
-// Adds w times row vr (one key's values) into the lane's sums.
-template <int HD>
+// Adds w times row vr (one key's values) into the lane's sums, for a run-time head_dim: lane
+// l's dimensions l, l + 32, ... (the compiled head_dims: add_value_rows).
 __device__ __forceinline__ void add_value_row(float w, const float* vr, int hd, int lane,
                                               float* acc) {
-  using L = ValueLanes<HD>;
-  if constexpr (HD == 0) {
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
-    }
-  } else if constexpr (L::kVec == 4) {
-#pragma unroll
-    for (int r = 0; r < L::kRuns; ++r) {
-      const float4 v = *reinterpret_cast<const float4*>(vr + L::dim(r, 0, lane));
-      acc[4 * r] = fmaf(w, v.x, acc[4 * r]);
-      acc[4 * r + 1] = fmaf(w, v.y, acc[4 * r + 1]);
-      acc[4 * r + 2] = fmaf(w, v.z, acc[4 * r + 2]);
-      acc[4 * r + 3] = fmaf(w, v.w, acc[4 * r + 3]);
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < L::kRuns; ++r) {
-      const float2 v = *reinterpret_cast<const float2*>(vr + L::dim(r, 0, lane));
-      acc[2 * r] = fmaf(w, v.x, acc[2 * r]);
-      acc[2 * r + 1] = fmaf(w, v.y, acc[2 * r + 1]);
-    }
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) acc[i] = fmaf(w, vr[d], acc[i]);
   }
 }
 
-// One key's score against the warp's query (both rows in shared memory, 16-byte aligned):
-// four partial dot products over the dimensions d = i (mod 4), ascending, added as
-// (d0 + d1) + (d2 + d3) — attention_tiled.cu's order. Fully unrolled for a fixed head_dim.
-template <int HD>
-__device__ __forceinline__ float key_score(const float* q, const float* k, int hd) {
-  const float4* qr = reinterpret_cast<const float4*>(q);
-  const float4* kr = reinterpret_cast<const float4*>(k);
+// Four partial dot products over the dimensions d = i (mod 4), ascending, added as
+// (d0 + d1) + (d2 + d3): attention_tiled.cu's order, every kernel's.
+struct Dot4 {
   float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-  auto step = [&](int d) {
-    const float4 a = qr[d], b = kr[d];
+  __device__ __forceinline__ void add(const float4& a, const float4& b) {
     d0 = fmaf(a.x, b.x, d0);
     d1 = fmaf(a.y, b.y, d1);
     d2 = fmaf(a.z, b.z, d2);
     d3 = fmaf(a.w, b.w, d3);
-  };
-  if constexpr (HD > 0) {
-#pragma unroll
-    for (int d = 0; d < HD / 4; ++d) step(d);
-  } else {
-#pragma unroll 8
-    for (int d = 0; d < hd / 4; ++d) step(d);
   }
-  return (d0 + d1) + (d2 + d3);
+  __device__ __forceinline__ float sum() const { return (d0 + d1) + (d2 + d3); }
+};
+
+// One key's score against the warp's query (both rows in shared memory, 16-byte aligned), for
+// a run-time head_dim (the compiled ones: key_scores).
+__device__ __forceinline__ float key_score(const float* q, const float* k, int hd) {
+  const float4* qr = reinterpret_cast<const float4*>(q);
+  const float4* kr = reinterpret_cast<const float4*>(k);
+  Dot4 dot;
+#pragma unroll 8
+  for (int d = 0; d < hd / 4; ++d) dot.add(qr[d], kr[d]);
+  return dot.sum();
 }
 
-// add_value_row for kH heads' weights w[0 .. kH) at once, the row read once (a compiled
-// head_dim): each head's sums are add_value_row's.
+// Adds w[h] times row vr (one key's values) into head h's sums, h < kH, the row read once, for
+// a compiled head_dim: lane l's runs of kVec dimensions (ValueLanes).
 template <int HD, int kH, int kAcc>
 __device__ __forceinline__ void add_value_rows(const float (&w)[kH], const float* vr, int lane,
                                                float (&acc)[kH][kAcc]) {
@@ -138,29 +118,21 @@ __device__ __forceinline__ void add_value_rows(const float (&w)[kH], const float
   }
 }
 
-// key_score of one key against kH queries (rows hd apart), the key's row read once: each
-// score is key_score's (its four chains, added as (d0 + d1) + (d2 + d3)).
+// One key's scores against kH queries (rows HD apart), the key's row read once, for a compiled
+// head_dim (fully unrolled): key_score's arithmetic for each.
 template <int HD, int kH>
 __device__ __forceinline__ void key_scores(const float* q, const float* k, float (&s)[kH]) {
   static_assert(HD > 0, "compiled head_dims");
   const float4* kr = reinterpret_cast<const float4*>(k);
-  float d[kH][4];
-#pragma unroll
-  for (int hh = 0; hh < kH; ++hh) d[hh][0] = d[hh][1] = d[hh][2] = d[hh][3] = 0.0f;
+  Dot4 dot[kH];
 #pragma unroll
   for (int i = 0; i < HD / 4; ++i) {
     const float4 b = kr[i];
 #pragma unroll
-    for (int hh = 0; hh < kH; ++hh) {
-      const float4 a = reinterpret_cast<const float4*>(q + hh * HD)[i];
-      d[hh][0] = fmaf(a.x, b.x, d[hh][0]);
-      d[hh][1] = fmaf(a.y, b.y, d[hh][1]);
-      d[hh][2] = fmaf(a.z, b.z, d[hh][2]);
-      d[hh][3] = fmaf(a.w, b.w, d[hh][3]);
-    }
+    for (int hh = 0; hh < kH; ++hh) dot[hh].add(reinterpret_cast<const float4*>(q + hh * HD)[i], b);
   }
 #pragma unroll
-  for (int hh = 0; hh < kH; ++hh) s[hh] = (d[hh][0] + d[hh][1]) + (d[hh][2] + d[hh][3]);
+  for (int hh = 0; hh < kH; ++hh) s[hh] = dot[hh].sum();
 }
 
 // Decode, and prefill shapes the tiled kernel has no variant for: CTA = (token, KV head,
@@ -285,8 +257,8 @@ __global__ void attention_split_kernel(AttnParams p) {
     const float* vt = vs + slot * vstride;
     const bool valid = j0 + lane < end;
     float s[kH], pj[kH];
-    if constexpr (kH == 1) {
-      s[0] = key_score<HD>(qs + warp * hd, kt + lane * (hd + 4), hd);
+    if constexpr (HD == 0) {
+      s[0] = key_score(qs + warp * hd, kt + lane * (hd + 4), hd);
     } else {
       key_scores<HD, kH>(qs + warp * kH * hd, kt + lane * (hd + 4), s);
     }
@@ -302,8 +274,8 @@ __global__ void attention_split_kernel(AttnParams p) {
       for (int i = 0; i < kAcc; ++i) acc[hh][i] *= alpha;
     }
     auto add_row = [&](int j) {
-      if constexpr (kH == 1) {
-        add_value_row<HD>(__shfl_sync(0xffffffffu, pj[0], j), vt + j * hd, hd, lane, acc[0]);
+      if constexpr (HD == 0) {
+        add_value_row(__shfl_sync(0xffffffffu, pj[0], j), vt + j * hd, hd, lane, acc[0]);
       } else {
         float w[kH];
 #pragma unroll
@@ -410,27 +382,30 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
 
 using SplitKernel = void (*)(AttnParams);
 
-// The per-token kernel for `stages` tiles in flight, this head_dim and heads a warp (1, or 2
-// for a compiled head_dim): the compiled variants for head_dim 64, 128 and 256 with 2 or 3
-// stages, the run-time head_dim kernel otherwise.
-SplitKernel split_kernel(int stages, int64_t hd, int heads_per_warp = 1) {
+// The per-token kernel for `stages` tiles in flight, this head_dim and query heads a warp:
+// the compiled variants for head_dim 64, 128 and 256 with 2 or 3 stages, with one or two heads
+// a warp; the run-time head_dim kernel otherwise, with one. Null where no kernel takes
+// `heads_per_warp` heads.
+SplitKernel split_kernel(int stages, int64_t hd, int heads_per_warp) {
   auto fixed = [hd, heads_per_warp](auto s) -> SplitKernel {
     constexpr int S = decltype(s)::value;
-    const bool two = heads_per_warp == 2;
+    auto pick = [heads_per_warp](auto one, auto two) -> SplitKernel {
+      return heads_per_warp == 1 ? one : heads_per_warp == 2 ? two : nullptr;
+    };
     switch (hd) {
       case 64:
-        return two ? attention_split_kernel<S, 64, 2> : attention_split_kernel<S, 64>;
+        return pick(attention_split_kernel<S, 64>, attention_split_kernel<S, 64, 2>);
       case 128:
-        return two ? attention_split_kernel<S, 128, 2> : attention_split_kernel<S, 128>;
+        return pick(attention_split_kernel<S, 128>, attention_split_kernel<S, 128, 2>);
       case 256:
-        return two ? attention_split_kernel<S, 256, 2> : attention_split_kernel<S, 256>;
+        return pick(attention_split_kernel<S, 256>, attention_split_kernel<S, 256, 2>);
       default:
-        return attention_split_kernel<S, 0>;
+        return heads_per_warp == 1 ? attention_split_kernel<S, 0> : nullptr;
     }
   };
   if (stages >= 3) return fixed(std::integral_constant<int, 3>{});
   if (stages == 2) return fixed(std::integral_constant<int, 2>{});
-  return attention_split_kernel<1, 0>;
+  return heads_per_warp == 1 ? attention_split_kernel<1, 0> : nullptr;
 }
 
 }  // namespace
@@ -488,8 +463,10 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     for (int stages = 1; stages <= 3; ++stages) {
       for (int64_t d : {0, 64, 128, 256}) {
         for (int heads_per_warp : {1, 2}) {
-          HIBANA_CUDA(cudaFuncSetAttribute(split_kernel(stages, d, heads_per_warp),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+          if (SplitKernel k = split_kernel(stages, d, heads_per_warp)) {
+            HIBANA_CUDA(
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+          }
         }
       }
     }
@@ -558,14 +535,13 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
                             : 1;
       p.head_parts_log2 = parts == 4 ? 2 : parts == 2 ? 1 : 0;
       const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
-      // (split_kernel has two-head variants for compiled head_dims at 2 and 3 stages only.)
-      const bool pairs_fit =
-          group / parts % 2 == 0 && (hd == 64 || hd == 128 || hd == 256) && stages >= 2;
-      const int per_warp =
-          pairs_fit && (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8)) ? 2 : 1;
+      const bool two = group / parts % 2 == 0 &&
+                       (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8));
+      SplitKernel kernel = two ? split_kernel(stages, hd, 2) : nullptr;  // (null: no variant)
+      const int per_warp = kernel ? 2 : 1;
+      if (!kernel) kernel = split_kernel(stages, hd, 1);
       grid.y *= parts;
-      launch_pdl(split_kernel(stages, hd, per_warp), grid,
-                 static_cast<unsigned>(group / parts / per_warp * 32), smem, p);
+      launch_pdl(kernel, grid, static_cast<unsigned>(group / parts / per_warp * 32), smem, p);
       launched("attention_split_kernel");
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,

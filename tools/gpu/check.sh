@@ -170,7 +170,8 @@ stage_timeline() {
       "and libelf1 in .devdeps)"
     return 1
   fi
-  timeout 200 "$nsys" stats --report cuda_gpu_trace --format csv --output "$f" "$f.nsys-rep" \
+  timeout 200 "$nsys" stats --force-overwrite true --report cuda_gpu_trace --format csv --output "$f" \
+    "$f.nsys-rep" \
     >"$f.stats.log" 2>&1
   python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" >"$f.txt" 2>&1
   head -${LINES_SHOWN:-60} "$f.txt"

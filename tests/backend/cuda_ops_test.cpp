@@ -428,7 +428,10 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1), and whose
 // down projection may stream its weights before it waits (HIBANA_CUDA_GROUPED_PREFETCH=1):
 // the same bits. And one token with its routing in the same op (moe_route_experts).
-void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
+// cta_splits: the stacked fp8 gate/up is split, and its fused SwiGLU launches at 1 to 8 tokens
+// run the splits of a row in one CTA (HIBANA_CUDA_CTA_SPLITS).
+void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
+                            bool cta_splits = false) {
   const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -463,8 +466,11 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
         ScopedEnv fuse("HIBANA_CUDA_FUSED_SWIGLU", knobs[0] == '1' ? "1" : "0");
         ScopedEnv prefetch("HIBANA_CUDA_GROUPED_PREFETCH", knobs[1] == '1' ? "1" : "0");
         Tensor part = t.device_f32(m, H);
+        const int64_t before = cuda_one_cta_split_products();
         t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
                            part);
+        const bool one_cta = cta_splits && dtype == DType::f8_e4m3 && knobs[0] == '1';
+        EXPECT_EQ(cuda_one_cta_split_products() - before, one_cta ? 1 : 0) << "in one CTA";
         EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
             << m << " tokens, fused SwiGLU and down prefetch " << knobs;
       }
@@ -501,11 +507,12 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked) {
 // tile target of 8, a matrix of at most 512 rows and at least 1024 columns takes 2 splits of
 // 512: H = 1024, I = 512 splits gate and up; H = 512, I = 1024 the down projection; stacked,
 // H = 1024, I = 256 the [512, 1024] gate/up (the fused SwiGLU's partials carry gate and up
-// apart). And the 80B's shapes stacked (I = 512, H = 2048: one split each).
+// apart; in fp8 its two splits run in one CTA, and must give the same bits). And the 80B's
+// shapes stacked (I = 512, H = 2048: one split each).
 TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
   expect_moe_matches_cpu(*this, 1024, 512, false);
   expect_moe_matches_cpu(*this, 512, 1024, false);
-  expect_moe_matches_cpu(*this, 1024, 256, true);
+  expect_moe_matches_cpu(*this, 1024, 256, true, true);
   expect_moe_matches_cpu(*this, 2048, 512, true);
 }
 

@@ -72,7 +72,8 @@ constexpr int kRowsPerCta = 16 * kWarps;
 // tile's last CTA reads back from L2 (last_to_finish, split_sums: two L2 round trips on the
 // chain). Its warps are kCtaSplits splits of kCtaWarps / kCtaSplits row groups of 16 rows
 // (2 x 2, 1 x 3, 1 x 4, 1 x 8). The same splits, the same sums in the same order: the same
-// bits.
+// bits. Plain products take it, and grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits
+// (matmul_gemv.cu).
 constexpr int cta_warps(int cta_splits) {
   return cta_splits >= kWarps ? cta_splits : kWarps / cta_splits * cta_splits;
 }
@@ -152,10 +153,11 @@ template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWa
 __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_warps(kCtaSplits))
     gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
-  static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && kOneSplit), "x_early");
-  static_assert(kCtaSplits == 1 || (!kGrouped && !kOneSplit &&
-                                    ((kCtaSplits >= 2 && kCtaSplits <= 4) || kCtaSplits == 8)),
-                "splits in one CTA: plain products");
+  static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && (kOneSplit || kCtaSplits > 1)),
+                "x_early");
+  static_assert(kCtaSplits == 1 ||
+                    (!kOneSplit && ((kCtaSplits >= 2 && kCtaSplits <= 4) || kCtaSplits == 8)),
+                "splits in one CTA");
   constexpr int kCtaWarps = cta_warps(kCtaSplits), kRowGroups = kCtaWarps / kCtaSplits;
   constexpr int kCtaRows = 16 * kRowGroups;
   constexpr bool kPacked = kRows <= 2;
@@ -210,8 +212,8 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   // (share_activations, gemv_prologue.cuh).
   uint32_t* xw = reinterpret_cast<uint32_t*>(smem + kRingBytes);
   if constexpr (kXEarly) {
-    share_activations<S, kWarps, true>(p, xw, k_first, span, pitch, 1,
-                                       [](int) -> int64_t { return 0; });
+    share_activations<S, kCtaWarps, true>(p, xw, cta_k_first, cta_span, pitch, 1,
+                                          [](int) -> int64_t { return 0; });
   }
   if (!early) wait_previous();
   MatPtr mat = p.single;

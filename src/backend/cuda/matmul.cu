@@ -254,7 +254,8 @@ namespace {
 // 32 KiB at batch 1, a second wave of CTAs that spend their life filling the ring; 16 gave 2
 // splits (80B decode +2.0% at batch 1, +6.4% at batch 8: docs/benchmarks.md, thirteenth
 // slice), 8 gives one, as for the down projection (a further +1.1% and +3.5%, fourteenth slice;
-// 4 and 6 no better, 12 and 32 worse). The knobs are read once: a value other than the
+// 4 and 6 no better, 12 and 32 worse; with 16's 2 splits in one CTA, 1.004 / 1.000 against 8's
+// one: twenty-seventh slice). The knobs are read once: a value other than the
 // default changes every product's splits, hence its bits.
 int64_t split_length(int64_t N, int64_t K, bool grouped) {
   static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);

@@ -91,11 +91,15 @@ std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
 
 // A one-CTA kernel (kCtaSplits, gemv_kernel.cuh) and what its launches ask of the GPU, each
 // found once.
-template <Elt E, bool kXShared, int kRows, int kRing, Fused kFused, int kSplits>
+// Grouped (an MoE launch's experts): a CTA per 16 or 32 rows of each slice, in as many waves as
+// it takes (the CTAs of slices past the active ones leave at once); kXEarly, x_early's split
+// before the wait.
+template <Elt E, bool kXShared, int kRows, int kRing, Fused kFused, int kSplits,
+          bool kGrouped = false, bool kXEarly = false>
 struct CtaKernel {
   static constexpr int kCtaWarps = cta_warps(kSplits), kCtaRows = 16 * (kCtaWarps / kSplits);
   static auto kernel() {
-    return gemv_kernel<E, false, kXShared, kRows, kRing, kFused, false, false, kSplits>;
+    return gemv_kernel<E, kGrouped, kXShared, kRows, kRing, kFused, false, kXEarly, kSplits>;
   }
   // The dynamic shared memory it may take, set once: what its rings and the most shared
   // activations need, or the GPU's limit where that is less (8 warps of 10 KiB bf16 rings and
@@ -123,14 +127,15 @@ struct CtaKernel {
                std::memory_order_relaxed);
     return n;
   }
-  // Launches p where its CTAs, with x_bytes of shared activations, run in one wave.
-  static bool launch(const Params& p, int x_rows, size_t x_bytes) {
+  // Launches p where its CTAs, with x_bytes of shared activations, run in one wave (plain) or
+  // fit an SM (grouped).
+  static bool launch(const Params& p, int x_rows, size_t x_bytes, int groups = 1) {
     const size_t smem = kCtaWarps * kRing + x_bytes;
     if (smem > static_cast<size_t>(smem_limit())) return false;
     const int64_t ctas = (p.N + kCtaRows - 1) / kCtaRows;
-    if (ctas > static_cast<int64_t>(per_sm(smem)) * num_sms()) return false;
-    launch_pdl(kernel(), dim3(static_cast<unsigned>(ctas)), dim3(kCtaWarps * 32), smem, p,
-               x_rows);
+    if (!kGrouped && ctas > static_cast<int64_t>(per_sm(smem)) * num_sms()) return false;
+    const dim3 grid(static_cast<unsigned>(ctas), 1, static_cast<unsigned>(groups));
+    launch_pdl(kernel(), grid, dim3(kCtaWarps * 32), smem, p, x_rows);
     launched("gemv_kernel");
     g_one_cta_products.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -172,6 +177,27 @@ bool launch_cta_splits(const Params& p, int x_rows) {
                              : launch_cta_splits<E, Fused::none>(p, x_rows);
 }
 
+// kCtaSplits for grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits: one row with its
+// activations shared (split before the wait where p.x_early), 2 to 8 with each warp's own.
+// Against the split-parallel kernel in the same 2 splits: 1.066 on the 80B at batch 1, 1.033
+// at 8 (HIBANA_CUDA_GROUPED_SPLIT_TILES=16; its default of 8 keeps the 80B's in one split:
+// docs/benchmarks.md, twenty-seventh slice). 3 and 4 splits (a tile target of 24 or 32) were
+// measured that way too, and take the split-parallel kernel: no shape reaches them by default
+// but experts of 256 rows or fewer, and no test has run them.
+bool launch_grouped_cta_splits(const Params& p, Elt elt, int x_rows, int groups) {
+  if (elt != Elt::fp8 || p.pair == 0 || p.splits != 2) return false;
+  constexpr Elt E = Elt::fp8;
+  constexpr Fused F = Fused::swiglu;
+  if (x_rows > 1) {
+    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, F, 2, true>::launch(p, x_rows, 0, groups);
+  }
+  constexpr int kRing = kSmallRingPerWarp<E, true>;
+  const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(2 * p.split_len);
+  if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
+  return p.x_early ? CtaKernel<E, true, 1, kRing, F, 2, true, true>::launch(p, 1, x_bytes, groups)
+                   : CtaKernel<E, true, 1, kRing, F, 2, true>::launch(p, 1, x_bytes, groups);
+}
+
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the
 // conv. Grouped products in one split (the 80B's experts at every batch) take kernels without
 // the split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it
@@ -208,12 +234,14 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // one to finish.
   p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
   const int x_rows = static_cast<int>(std::min<int64_t>(max_rows, 8));
-  // A plain product's splits in one CTA where they fit (on by default;
-  // HIBANA_CUDA_CTA_SPLITS=0: the split-parallel way, read at every call). Not for SwiGLU's
-  // paired rows.
-  if (!grouped && p.pair == 0 && p.splits > 1 && knob_on("HIBANA_CUDA_CTA_SPLITS", true)) {
-    if (elt == Elt::bf16 ? launch_cta_splits<Elt::bf16>(p, x_rows)
-                         : launch_cta_splits<Elt::fp8>(p, x_rows)) {
+  // A product's splits in one CTA where they fit (on by default; HIBANA_CUDA_CTA_SPLITS=0: the
+  // split-parallel way, read at every call): plain products but SwiGLU's paired rows, and
+  // grouped fp8 SwiGLU.
+  if (p.splits > 1 && knob_on("HIBANA_CUDA_CTA_SPLITS", true)) {
+    if (grouped) {
+      if (launch_grouped_cta_splits(p, elt, x_rows, groups)) return;
+    } else if (p.pair == 0 && (elt == Elt::bf16 ? launch_cta_splits<Elt::bf16>(p, x_rows)
+                                                : launch_cta_splits<Elt::fp8>(p, x_rows))) {
       return;
     }
   }

@@ -316,6 +316,15 @@ bench_tagged() {
   shift 4
   ( [ $# -eq 0 ] || export "$@"; decode_run "$bin" "$cfg" "$dt" 400 "${BATCHES:-1,8}" ) |
     tee -a "$OUT/ab_runs.log" | grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " | sed "s|^|$label $cfg |" | tee -a "$OUT/ab.txt"
+  local rc=${PIPESTATUS[0]}
+  # (a run that failed leaves its batches out of the table: say so beside it)
+  [ "$rc" -eq 0 ] || echo "$label $cfg: the run failed (exit $rc; its output is in ab_runs.log)" >>"$OUT/ab_failed.txt"
+}
+
+# The table of ratios of $OUT/ab.txt, then the runs that failed.
+ab_summary() {
+  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+  [ ! -s "$OUT/ab_failed.txt" ] || cat "$OUT/ab_failed.txt"
 }
 
 # CONFIGS: the decode shapes, CONFIG:DTYPE each (both by default), one line per shape.
@@ -333,7 +342,7 @@ stage_sweep() {
     : "${KNOB:?KNOB=NAME VALUES=\"...\" (or VARIANTS=\"...;...\") tools/gpu/check.sh sweep}"
     variants=$(for v in ${VALUES:?}; do printf '%s=%s;' "$KNOB" "$v"; done)
   fi
-  rm -f "$OUT/ab.txt"
+  rm -f "$OUT/ab.txt" "$OUT/ab_failed.txt"
   configs | while read -r cfg dt; do
     for _ in $(seq 1 ${ROUNDS:-2}); do
       echo "$variants" | tr ';' '\n' | while read -r env; do
@@ -347,7 +356,7 @@ stage_sweep() {
       done
     done
   done
-  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+  ab_summary
 }
 
 # Edited builds of one source file, benchmarked alternately (for constants a knob would
@@ -360,7 +369,7 @@ stage_edit_sweep() {
   local f=${FILE:-src/backend/cuda/gemv_kernel.cuh} label expr labels=""
   : "${EDITS:?EDITS=\"LABEL SED\" lines}"
   cp $f $B/edit_sweep.orig
-  rm -f "$OUT/ab.txt"
+  rm -f "$OUT/ab.txt" "$OUT/ab_failed.txt"
   while read -r label expr; do
     [ -n "$label" ] || continue
     labels="$label $labels"
@@ -379,7 +388,7 @@ stage_edit_sweep() {
       for label in $labels; do bench_tagged "$label" $B/hibana_$label "$cfg" "$dt" >/dev/null; done
     done
   done
-  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+  ab_summary
 }
 
 # The fp8 decode matmul's weight ring per warp (RINGS, KiB: 4 and 5 take 1 KiB stages, 6 and up
@@ -434,7 +443,7 @@ stage_ab() {
   for d in ${AB_MORE:-}; do
     [ -x "$d/b/hibana" ] || { echo "build of $d failed"; tail -20 "$OUT/ab_build_${d#.}.log"; return 1; }
   done
-  rm -f "$OUT/ab.txt"
+  rm -f "$OUT/ab.txt" "$OUT/ab_failed.txt"
   # Each round runs the trees in turn, the even rounds in reverse order (a machine that runs
   # its second run of a pair faster or slower biases no tree).
   configs | while read -r cfg dt; do
@@ -453,7 +462,7 @@ stage_ab() {
       done
     done
   done
-  python3 tools/gpu/ab_table.py "$OUT/ab.txt"
+  ab_summary
 }
 
 # Decode through the HTTP API (tools/load/serve_decode.py) on the decode shapes with dummy

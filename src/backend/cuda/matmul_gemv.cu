@@ -142,19 +142,28 @@ struct CtaKernel {
   }
 };
 
-// kCtaSplits: a plain product in 2, 3, 4 or 8 splits, of one row with its activations shared
-// beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB), or of 3 to 8 rows with each
-// warp's own (the kRows 8 kernel's way), where the CTAs run in one wave. (2 rows keep the
-// split-parallel kernel: one kernel fewer of each kind.) Returns whether it launched.
-template <Elt E, Fused kFused, int kSplits>
-bool launch_cta_splits(const Params& p, int x_rows) {
-  if (x_rows > 2) {
-    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, kFused, kSplits>::launch(p, x_rows, 0);
+// kCtaSplits: a product in 2, 3, 4 or 8 splits, of one row with its activations shared
+// beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB; a grouped launch's split before
+// its wait where p.x_early), or of more rows with each warp's own (the kRows 8 kernel's way):
+// plain products at 3 to 8 rows, where the CTAs run in one wave (2 rows keep the
+// split-parallel kernel: one kernel fewer of each kind), grouped ones at 2 to 8. Returns
+// whether it launched.
+template <Elt E, Fused kFused, int kSplits, bool kGrouped = false>
+bool launch_cta_splits(const Params& p, int x_rows, int groups = 1) {
+  if (x_rows > (kGrouped ? 1 : 2)) {
+    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, kFused, kSplits, kGrouped>::launch(
+        p, x_rows, 0, groups);
   }
   constexpr int kRing = kSmallRingPerWarp<E, true>;
   const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(kSplits * p.split_len);
-  return x_rows == 1 && x_bytes <= static_cast<size_t>(kXSharedMax) &&
-         CtaKernel<E, true, 1, kRing, kFused, kSplits>::launch(p, 1, x_bytes);
+  if (x_rows != 1 || x_bytes > static_cast<size_t>(kXSharedMax)) return false;
+  if constexpr (kGrouped) {
+    if (p.x_early) {
+      return CtaKernel<E, true, 1, kRing, kFused, kSplits, true, true>::launch(p, 1, x_bytes,
+                                                                               groups);
+    }
+  }
+  return CtaKernel<E, true, 1, kRing, kFused, kSplits, kGrouped>::launch(p, 1, x_bytes, groups);
 }
 template <Elt E, Fused kFused>
 bool launch_cta_splits(const Params& p, int x_rows) {
@@ -177,25 +186,15 @@ bool launch_cta_splits(const Params& p, int x_rows) {
                              : launch_cta_splits<E, Fused::none>(p, x_rows);
 }
 
-// kCtaSplits for grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits: one row with its
-// activations shared (split before the wait where p.x_early), 2 to 8 with each warp's own.
-// Against the split-parallel kernel in the same 2 splits: 1.066 on the 80B at batch 1, 1.033
-// at 8 (HIBANA_CUDA_GROUPED_SPLIT_TILES=16; its default of 8 keeps the 80B's in one split:
+// kCtaSplits for grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits. Against the
+// split-parallel kernel in the same 2 splits: 1.066 on the 80B at batch 1, 1.033 at 8
+// (HIBANA_CUDA_GROUPED_SPLIT_TILES=16; its default of 8 keeps the 80B's in one split:
 // docs/benchmarks.md, twenty-seventh slice). 3 and 4 splits (a tile target of 24 or 32) were
 // measured that way too, and take the split-parallel kernel: no shape reaches them by default
 // but experts of 256 rows or fewer, and no test has run them.
 bool launch_grouped_cta_splits(const Params& p, Elt elt, int x_rows, int groups) {
-  if (elt != Elt::fp8 || p.pair == 0 || p.splits != 2) return false;
-  constexpr Elt E = Elt::fp8;
-  constexpr Fused F = Fused::swiglu;
-  if (x_rows > 1) {
-    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, F, 2, true>::launch(p, x_rows, 0, groups);
-  }
-  constexpr int kRing = kSmallRingPerWarp<E, true>;
-  const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(2 * p.split_len);
-  if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
-  return p.x_early ? CtaKernel<E, true, 1, kRing, F, 2, true, true>::launch(p, 1, x_bytes, groups)
-                   : CtaKernel<E, true, 1, kRing, F, 2, true>::launch(p, 1, x_bytes, groups);
+  return elt == Elt::fp8 && p.pair > 0 && p.splits == 2 &&
+         launch_cta_splits<Elt::fp8, Fused::swiglu, 2, true>(p, x_rows, groups);
 }
 
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the

@@ -140,9 +140,8 @@ std::vector<float> CudaAttention::check_one_sequence(int64_t heads, int64_t kvh,
 // flight (HIBANA_CUDA_ATTENTION_STAGES: 3, the default here, 2, and 1, which runs the run-time
 // head_dim kernel) nor on how many query heads a warp takes (HIBANA_CUDA_ATTENTION_HEADS_PER_WARP
 // 2: one warp scores and adds two heads from each K and V row, the default for groups of 8 or
-// more; 1: one) nor on how many CTAs share a group's heads (HIBANA_CUDA_ATTENTION_HEAD_GROUPS
-// 2 and 4; 4 leaves the group of 2 whole): Qwen3-8B's heads (group 4, head_dim 128),
-// Qwen3-Next's (8, 256) and a group of 2 at 64 (over 2 CTAs: a head each).
+// more; 1: one): Qwen3-8B's heads (group 4, head_dim 128), Qwen3-Next's (8, 256) and a group of
+// 2 at 64.
 TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}, {4, 2, 64}}) {
@@ -160,12 +159,10 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
     // The last token with the knobs set (restored after). Another token is decoded first: its
     // split partials fill the scratch this decode is likely to get, so a kernel that leaves
     // part of its partials unwritten gives other bits, not the previous decode's.
-    auto decode_last = [&](const char* stages, const char* per_warp = nullptr,
-                           const char* parts = nullptr) {
+    auto decode_last = [&](const char* stages, const char* per_warp = nullptr) {
       decode(T - 2);
       test::ScopedEnv env("HIBANA_CUDA_ATTENTION_STAGES", stages);
       test::ScopedEnv heads_env("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", per_warp);
-      test::ScopedEnv parts_env("HIBANA_CUDA_ATTENTION_HEAD_GROUPS", parts);
       return decode(T - 1);
     };
     const std::vector<float> base = decode_last(nullptr, "1");
@@ -174,10 +171,6 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
     EXPECT_TRUE(same_bits(decode_last("1"), base)) << "1 stage";
     EXPECT_TRUE(same_bits(decode_last(nullptr, "2"), base)) << "2 heads a warp";
     EXPECT_TRUE(same_bits(decode_last("2", "2"), base)) << "2 stages, 2 heads a warp";
-    EXPECT_TRUE(same_bits(decode_last(nullptr, "1", "2"), base)) << "a group over 2 CTAs";
-    EXPECT_TRUE(same_bits(decode_last(nullptr, "2", "2"), base)) << "2 CTAs, 2 heads a warp";
-    EXPECT_TRUE(same_bits(decode_last("1", nullptr, "2"), base)) << "2 CTAs, 1 stage";
-    EXPECT_TRUE(same_bits(decode_last(nullptr, nullptr, "4"), base)) << "a group over 4 CTAs";
   }
 }
 

@@ -149,20 +149,17 @@ __global__ void attention_split_kernel(AttnParams p) {
   static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
   pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
-  // blockIdx.y: the KV head, and which part of its group of query heads this CTA takes where
-  // they are spread over several CTAs (HIBANA_CUDA_ATTENTION_HEAD_GROUPS; each reads the K/V).
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kvh = blockIdx.y >> p.head_parts_log2;
+  const int kvh = blockIdx.y;
   const int split = blockIdx.z;
   const int qpos = p.pos[t];
   const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
   const int begin = split * p.split;
   if (begin > qpos) return;
   const int end = min(qpos + 1, begin + p.split);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warps * kH;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
-  // The warp's first head.
-  const int part = blockIdx.y & ((1 << p.head_parts_log2) - 1);
-  const int h = kvh * p.group + (part * warps + warp) * kH;
+  const int h = kvh * group + warp * kH;  // the warp's first head
   const int page = static_cast<int>(p.page);
   const int32_t* pages = p.table + seq * p.max_pages;
 
@@ -526,22 +523,13 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       // and 0.992, H100, docs/benchmarks.md, twenty-sixth slice).
       // HIBANA_CUDA_ATTENTION_HEADS_PER_WARP 1: never, 2: for any even group (read at every
       // launch; the bits do not depend on it).
-      // HIBANA_CUDA_ATTENTION_HEAD_GROUPS=N (1 by default, 2 or 4; a benchmark knob, read at
-      // every launch, the same bits): each KV head's query heads over N CTAs, N times the CTAs,
-      // each reading the head's K and V (the second from L2, mostly).
-      const int64_t asked_parts = knob("HIBANA_CUDA_ATTENTION_HEAD_GROUPS", 1);
-      const int parts = (asked_parts == 2 || asked_parts == 4) && group % asked_parts == 0
-                            ? static_cast<int>(asked_parts)
-                            : 1;
-      p.head_parts_log2 = parts == 4 ? 2 : parts == 2 ? 1 : 0;
       const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
-      const bool two = group / parts % 2 == 0 &&
+      const bool two = group % 2 == 0 &&
                        (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8));
       SplitKernel kernel = two ? split_kernel(stages, hd, 2) : nullptr;  // (null: no variant)
       const int per_warp = kernel ? 2 : 1;
       if (!kernel) kernel = split_kernel(stages, hd, 1);
-      grid.y *= parts;
-      launch_pdl(kernel, grid, static_cast<unsigned>(group / parts / per_warp * 32), smem, p);
+      launch_pdl(kernel, grid, static_cast<unsigned>(group / per_warp * 32), smem, p);
       launched("attention_split_kernel");
     }
     launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,

@@ -32,9 +32,6 @@ struct AttnParams {
   int max_splits;
   int split;  // positions per split: kSplit, 64 or 32
   int group;  // query heads per KV head
-  // Per-token kernel: each KV head's query heads over 2^head_parts_log2 CTAs (blockIdx.y is
-  // kv head << head_parts_log2 | part; HIBANA_CUDA_ATTENTION_HEAD_GROUPS).
-  int head_parts_log2;
   // Tiled kernel: CTA x serves up to `block_tokens` consecutive tokens of one sequence;
   // sequence s's blocks start at block_start[s] (num_seqs + 1 entries, set by tiled_launch).
   const int32_t* block_start;

@@ -71,9 +71,10 @@ TEST_F(CudaDecodeMatmul, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
 // groups a CTA; 1000 x 1536: 3, in CTAs of 3 warps; 513 x 2048 (the 80B's router with the
 // shared expert's gate): 4, the last CTA with one row; 300 x 2080: 4 splits of 640, the last
 // of 160 (ending inside an fp8 chunk); 2048 x 4096 (the 80B's output projections): 8, in 128
-// CTAs of 8 warps; 9216 x 2048 (its q/k/v): 3 of 768, the last of 512. The last two fill one
-// wave on a GPU the size of an H100 (with GB10's 48 SMs they may not: the split-parallel
-// kernel runs). 2 rows keep the split-parallel kernel.
+// CTAs of 8 warps; 9216 x 2048 (its q/k/v): in bf16 3 of 768, the last of 512, in fp8 4 of
+// 512 (fp8's tile target, 528). The last two fill one wave on a GPU the size of an H100 (with
+// GB10's 48 SMs they may not: the split-parallel kernel runs), but fp8's 9216 rows at 3-8
+// rows. 2 rows keep the split-parallel kernel.
 TEST_F(CudaDecodeMatmul, DecodeMatmulWithItsSplitsInOneCtaGivesTheSameBits) {
   const bool large_gpu = cuda_shared_memory_per_block() > 101376;
   for (auto [N, K] : {std::pair<int64_t, int64_t>{600, 1024},
@@ -97,7 +98,9 @@ TEST_F(CudaDecodeMatmul, DecodeMatmulWithItsSplitsInOneCtaGivesTheSameBits) {
         const int64_t before = cuda_one_cta_split_products();
         gpu->matmul(xd.slice_rows(0, m), w.dev, one);
         const int64_t ran = cuda_one_cta_split_products() - before;
-        if (N < 2048 || large_gpu) {
+        // (fp8's 4 splits of 9216 rows at 3-8 rows: 576 CTAs, past one wave.)
+        const bool past_wave = dtype == DType::f8_e4m3 && N == 9216 && m > 2;
+        if ((N < 2048 || large_gpu) && !past_wave) {
           EXPECT_EQ(ran, m == 2 ? 0 : 1) << "in one CTA";
         }
         {

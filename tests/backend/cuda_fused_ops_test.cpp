@@ -418,11 +418,14 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         const std::vector<float> apart = run("0", "gdn_conv"),
                                  fused = run("1", decode ? "matmul_conv" : "gdn_conv");
         EXPECT_EQ(std::memcmp(apart.data(), fused.data(), apart.size() * sizeof(float)), 0);
-        // The two splits of a decode batch (save 2 rows) ran in one CTA, the conv applied there
+        // The splits of a decode batch (save 2 rows) ran in one CTA, the conv applied there
         // (HIBANA_CUDA_CTA_SPLITS; on a GPU the size of an H100 their CTAs fit one wave): the
-        // bits of the split-parallel kernel, whose last CTA applies it.
+        // bits of the split-parallel kernel, whose last CTA applies it. (fp8's 4 splits of
+        // 12352 rows at 3-8 rows are 772 CTAs, past one wave: split-parallel.)
         if (cuda_shared_memory_per_block() > 101376) {
-          EXPECT_EQ(cuda_one_cta_split_products() - one_cta, decode && m != 2 && K > 512 ? 2 : 0);
+          const bool fits = dtype == DType::bf16 || m == 1 || N < 2048;
+          EXPECT_EQ(cuda_one_cta_split_products() - one_cta,
+                    decode && m != 2 && K > 512 && fits ? 2 : 0);
         }
         const std::vector<float> parallel = run("1", decode ? "matmul_conv" : "gdn_conv", "0");
         EXPECT_EQ(std::memcmp(parallel.data(), fused.data(), fused.size() * sizeof(float)), 0);

@@ -430,8 +430,10 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // the same bits. And one token with its routing in the same op (moe_route_experts).
 // cta_splits: the stacked fp8 gate/up is split, and its fused SwiGLU launches at 1 to 8 tokens
 // run the splits of a row in one CTA (HIBANA_CUDA_CTA_SPLITS).
+// one_cta_tokens: up to how many tokens the stacked fp8 gate/up (fused SwiGLU) runs its splits
+// in one CTA (0: it does not).
 void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
-                            bool cta_splits = false) {
+                            int64_t one_cta_tokens = 0) {
   const int64_t E = 8, k = 2, T = 40;
   for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -469,7 +471,7 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
         const int64_t before = cuda_one_cta_split_products();
         t.gpu->moe_experts(xd.slice_rows(0, m), idd.slice_rows(0, m), wd.slice_rows(0, m), set.dev,
                            part);
-        const bool one_cta = cta_splits && dtype == DType::f8_e4m3 && knobs[0] == '1';
+        const bool one_cta = m <= one_cta_tokens && dtype == DType::f8_e4m3 && knobs[0] == '1';
         EXPECT_EQ(cuda_one_cta_split_products() - before, one_cta ? 1 : 0) << "in one CTA";
         EXPECT_EQ(std::memcmp(t.download(part).data(), all.data(), m * H * sizeof(float)), 0)
             << m << " tokens, fused SwiGLU and down prefetch " << knobs;
@@ -504,16 +506,17 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
 
 // Expert products long enough to be split, so that the grouped launches add split partials
 // (the reduction no other MoE test reaches: their products are one split each). At the grouped
-// tile target of 8, a matrix of at most 512 rows and at least 1024 columns takes 2 splits of
-// 512: H = 1024, I = 512 splits gate and up; H = 512, I = 1024 the down projection; stacked,
-// H = 1024, I = 256 the [512, 1024] gate/up (the fused SwiGLU's partials carry gate and up
-// apart; in fp8 its two splits run in one CTA, and must give the same bits). And the 80B's
-// shapes stacked (I = 512, H = 2048: one split each).
+// tile target of 8 (bf16; fp8 32), a matrix of at most 512 rows (fp8 2048) and at least 1024
+// columns takes 2 splits of 512 (fp8 up to 4): H = 1024, I = 512 splits gate and up; H = 512,
+// I = 1024 the down projection; stacked, H = 1024, I = 256 the [512, 1024] gate/up (the fused
+// SwiGLU's partials carry gate and up apart; in fp8 its 2 splits run in one CTA at 1-8 tokens,
+// and must give the same bits). And the 80B's shapes stacked (I = 512, H = 2048): in bf16 one
+// split each, its fp8 gate/up in 4 splits, in one CTA at one token.
 TEST_F(CudaOps, MoeWithSplitExpertProductsMatchesCpu) {
   expect_moe_matches_cpu(*this, 1024, 512, false);
   expect_moe_matches_cpu(*this, 512, 1024, false);
-  expect_moe_matches_cpu(*this, 1024, 256, true, true);
-  expect_moe_matches_cpu(*this, 2048, 512, true);
+  expect_moe_matches_cpu(*this, 1024, 256, true, 8);
+  expect_moe_matches_cpu(*this, 2048, 512, true, 1);
 }
 
 // Expert parallelism on the GPU: a rank keeps its block of experts (other ids -1, weight 0),

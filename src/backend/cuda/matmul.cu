@@ -245,23 +245,31 @@ std::unique_ptr<Scratch> split_scratch(Params& p, int64_t bn, int64_t bm, int64_
 namespace {
 
 // The split length of a [N, K] weight: enough splits that a decode step fills the GPU (264
-// tiles of 128 rows, HIBANA_CUDA_SPLIT_TILES), never shorter than 512 elements
-// (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape (and on whether
-// the weight is an expert's) only, never on the batch: every kernel splits a product alike.
+// tiles of 128 rows, HIBANA_CUDA_SPLIT_TILES; fp8 528), never shorter than 512 elements
+// (HIBANA_CUDA_SPLIT_MIN), a multiple of kSplitQuantum. Depends on the shape, the element type
+// and whether the weight is an expert's only, never on the batch: every kernel splits a
+// product alike. 528 tiles gave the 80B (fp8) 1.010 / 1.019 at batch 1 / 8 and the 8B (bf16)
+// 0.982 / 0.952 (docs/benchmarks.md, twenty-sixth slice); for fp8 only, the 80B 1.005 / 1.018
+// (twenty-eighth slice).
 // Grouped (MoE expert) launches read their own tile target, HIBANA_CUDA_GROUPED_SPLIT_TILES
-// (8): a token's k experts already give a decode step k times the tiles of one matrix. With
-// 264, the 80B's stacked expert gate/up (1024 x 2048 fp8) took 4 splits of 512 — 704 CTAs of
-// 32 KiB at batch 1, a second wave of CTAs that spend their life filling the ring; 16 gave 2
-// splits (80B decode +2.0% at batch 1, +6.4% at batch 8: docs/benchmarks.md, thirteenth
-// slice), 8 gives one, as for the down projection (a further +1.1% and +3.5%, fourteenth slice;
-// 4 and 6 no better, 12 and 32 worse; with 16's 2 splits in one CTA, 1.004 / 1.000 against 8's
-// one: twenty-seventh slice). The knobs are read once: a value other than the
-// default changes every product's splits, hence its bits.
-int64_t split_length(int64_t N, int64_t K, bool grouped) {
-  static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 264);
-  static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", 8);
+// (8, fp8 32): a token's k experts already give a decode step k times the tiles of one matrix.
+// With 264, the 80B's stacked expert gate/up (1024 x 2048 fp8) took 4 splits of 512 — 704 CTAs
+// of 32 KiB at batch 1, a second wave of CTAs that spend their life filling the ring; 16 gave
+// 2 splits (80B decode +2.0% at batch 1, +6.4% at batch 8: docs/benchmarks.md, thirteenth
+// slice), 8 one, as for the down projection (a further +1.1% and +3.5%, fourteenth slice; 4
+// and 6 no better, 12 and 32 worse; with 16's 2 splits in one CTA, 1.004 / 1.000 against 8's
+// one: twenty-seventh slice). With one token's splits in one CTA, fp8 experts take 32 (the
+// 80B's gate/up in 4 splits: 1.019-1.024 at batch 1, 1.004-1.006 at 8 against one; 8 splits
+// of 256, 0.94 / 0.84 of 4: twenty-eighth slice).
+// The knobs are read once: a value other than the default changes every product's splits,
+// hence its bits; a tile target set applies to both element types.
+int64_t split_length(int64_t N, int64_t K, bool grouped, Elt elt) {
+  static const int64_t plain_tiles = knob("HIBANA_CUDA_SPLIT_TILES", 0);
+  static const int64_t grouped_tiles = knob("HIBANA_CUDA_GROUPED_SPLIT_TILES", 0);
   static const int64_t shortest = knob("HIBANA_CUDA_SPLIT_MIN", 512);
-  const int64_t tiles = grouped ? grouped_tiles : plain_tiles;
+  const bool fp8 = elt == Elt::fp8;
+  const int64_t tiles = grouped ? (grouped_tiles ? grouped_tiles : fp8 ? 32 : 8)
+                                : (plain_tiles ? plain_tiles : fp8 ? 528 : 264);
   const int64_t n_tiles = (N + 127) / 128;
   const int64_t want = std::max<int64_t>(1, tiles / n_tiles);
   const int64_t most = std::max<int64_t>(1, K / shortest);
@@ -324,7 +332,7 @@ void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   if (p.M == 0 || p.N == 0) return;
   check(p.pair == 0 || swiglu_fits(p, elt, max_rows), ErrorKind::internal,
         "SwiGLU matmul: only the decode kernel has it");
-  p.split_len = split_length(p.N, p.K, grouped);
+  p.split_len = split_length(p.N, p.K, grouped, elt);
   p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
   if (mma_supports(p, elt)) return run_mma(p, elt, grouped, max_rows, groups);
   const bool serial = pick_config(max_rows).serial;

@@ -146,13 +146,17 @@ struct CtaKernel {
 // beside rings of kSmallRingPerWarp (fp8 6 KiB, bf16 10 KiB; a grouped launch's split before
 // its wait where p.x_early), or of more rows with each warp's own (the kRows 8 kernel's way):
 // plain products at 3 to 8 rows, where the CTAs run in one wave (2 rows keep the
-// split-parallel kernel: one kernel fewer of each kind), grouped ones at 2 to 8. Returns
-// whether it launched.
+// split-parallel kernel: one kernel fewer of each kind), grouped ones at 2 to 8 in 2 splits.
+// Returns whether it launched.
 template <Elt E, Fused kFused, int kSplits, bool kGrouped = false>
 bool launch_cta_splits(const Params& p, int x_rows, int groups = 1) {
   if (x_rows > (kGrouped ? 1 : 2)) {
-    return CtaKernel<E, false, 8, kRingPerWarp<E, false>, kFused, kSplits, kGrouped>::launch(
-        p, x_rows, 0, groups);
+    if constexpr (kGrouped && kSplits != 2) {
+      return false;  // (launch_grouped_cta_splits)
+    } else {
+      return CtaKernel<E, false, 8, kRingPerWarp<E, false>, kFused, kSplits, kGrouped>::launch(
+          p, x_rows, 0, groups);
+    }
   }
   constexpr int kRing = kSmallRingPerWarp<E, true>;
   const size_t x_bytes = 3 * Gemv<E, kRing>::plane_pitch_bytes(kSplits * p.split_len);
@@ -186,15 +190,17 @@ bool launch_cta_splits(const Params& p, int x_rows) {
                              : launch_cta_splits<E, Fused::none>(p, x_rows);
 }
 
-// kCtaSplits for grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits. Against the
-// split-parallel kernel in the same 2 splits: 1.066 on the 80B at batch 1, 1.033 at 8
-// (HIBANA_CUDA_GROUPED_SPLIT_TILES=16; its default of 8 keeps the 80B's in one split:
-// docs/benchmarks.md, twenty-seventh slice). 3 and 4 splits (a tile target of 24 or 32) were
-// measured that way too, and take the split-parallel kernel: no shape reaches them by default
-// but experts of 256 rows or fewer, and no test has run them.
+// kCtaSplits for grouped fp8 SwiGLU (an MoE layer's gate/up): in 2 splits at 1-8 tokens, in 4
+// at one. 2 splits against the split-parallel kernel in the same splits: 1.066 on the 80B at
+// batch 1, 1.033 at 8 (docs/benchmarks.md, twenty-seventh slice). 4 splits (the 80B's gate/up,
+// since grouped fp8 products take 32 tiles), H100, against its one split before: 1.019 at
+// batch 1 in one CTA; at batch 8 split-parallel 1.004, one CTA per row group's splits
+// 0.969-0.971, each warp running the splits in turn 0.993 (twenty-eighth slice).
 bool launch_grouped_cta_splits(const Params& p, Elt elt, int x_rows, int groups) {
-  return elt == Elt::fp8 && p.pair > 0 && p.splits == 2 &&
-         launch_cta_splits<Elt::fp8, Fused::swiglu, 2, true>(p, x_rows, groups);
+  if (elt != Elt::fp8 || p.pair == 0) return false;
+  if (p.splits == 2) return launch_cta_splits<Elt::fp8, Fused::swiglu, 2, true>(p, x_rows, groups);
+  return p.splits == 4 && x_rows == 1 &&
+         launch_cta_splits<Elt::fp8, Fused::swiglu, 4, true>(p, 1, groups);
 }
 
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the

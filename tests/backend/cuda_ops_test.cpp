@@ -428,10 +428,8 @@ Weight rows_of(const Weight& w, int64_t r0, int64_t n) {
 // at up to 8 tokens can also compute silu(gate) * up (HIBANA_CUDA_FUSED_SWIGLU=1), and whose
 // down projection may stream its weights before it waits (HIBANA_CUDA_GROUPED_PREFETCH=1):
 // the same bits. And one token with its routing in the same op (moe_route_experts).
-// cta_splits: the stacked fp8 gate/up is split, and its fused SwiGLU launches at 1 to 8 tokens
-// run the splits of a row in one CTA (HIBANA_CUDA_CTA_SPLITS).
-// one_cta_tokens: up to how many tokens the stacked fp8 gate/up (fused SwiGLU) runs its splits
-// in one CTA (0: it does not).
+// one_cta_tokens: up to how many tokens the stacked fp8 gate/up's fused SwiGLU launches run
+// the splits of a row in one CTA (HIBANA_CUDA_CTA_SPLITS; 0: none).
 void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
                             int64_t one_cta_tokens = 0) {
   const int64_t E = 8, k = 2, T = 40;

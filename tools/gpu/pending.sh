@@ -2,7 +2,8 @@
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
 # ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
-# timeline and profile), `9` (every CUDA test, then the official figures: on an H200). The
+# timeline and profile), `9` (every CUDA test, then the official figures: on an H200), `10`
+# (9, then the twenty-eighth slice's split targets against the old ones: on an H200). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19; call 17,
 # op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
@@ -81,10 +82,21 @@ call9() {
   BATCHES=1,8,32,64 timeout 120 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
 }
 
+# The twenty-eighth slice on the H200: call 9, then the split targets by element type against
+# the old ones (264 / 8 tiles: the tree before e1ea06d), and the down projection's early weight
+# stream off (its critical time rose from 5.4 to 7.1 us on the H100 beside the 4-split gate/up).
+call10() {
+  call9
+  local old="HIBANA_CUDA_SPLIT_TILES=264 HIBANA_CUDA_GROUPED_SPLIT_TILES=8"
+  VARIANTS="base;$old;HIBANA_CUDA_GROUPED_PREFETCH=0" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 \
+    BATCHES=1,8 timeout 160 tools/gpu/check.sh sweep 2>&1 | tail -8
+}
+
 case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
   9) call9 ;;
-  *) echo "usage: $0 4|6|8|9" >&2; exit 2 ;;
+  10) call10 ;;
+  *) echo "usage: $0 4|6|8|9|10" >&2; exit 2 ;;
 esac

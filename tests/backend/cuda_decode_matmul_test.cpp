@@ -52,14 +52,16 @@ TEST_F(CudaDecodeMatmul, DecodeMatmulGivesTheSameBitsWithSharedAndPerWarpActivat
   expect_decode_rows_match_batch(*this, 200, 1280, {1, 2, 3, 6, 7, 8});  // two splits of 640
 }
 
-// More than 132 tiles of 128 rows leave K in one split: a row of 4608 k does not fit in shared
-// memory, so 1 and 2 rows take the packed kernel with per-warp activations.
+// 177 tiles of 128 rows (22656) leave K in one split in bf16 (264 tiles) and two in fp8 (528):
+// splits of 9216 and 4608 k, neither of which fits in shared memory, so 1 and 2 rows take the
+// packed kernel with per-warp activations.
 TEST_F(CudaDecodeMatmul, PackedDecodeMatmulWithPerWarpActivationsGivesTheSameBits) {
-  expect_decode_rows_match_batch(*this, 17000, 4608, {1, 2});
+  expect_decode_rows_match_batch(*this, 22656, 9216, {1, 2});
 }
 
-// The 8B's down projection (4096 x 12288, 8 splits of 1536): at one row its 512 CTAs fit in
-// one wave with the shared activations only beside the smaller weight ring (10 KiB a warp).
+// The 8B's down projection (4096 x 12288; in bf16 8 splits of 1536, fp8 16 of 768): at one row
+// its bf16 512 CTAs fit in one wave with the shared activations only beside the smaller
+// weight ring (10 KiB a warp).
 TEST_F(CudaDecodeMatmul, DecodeMatmulWithTheSmallerRingGivesTheSameBits) {
   expect_decode_rows_match_batch(*this, 4096, 12288, {1, 2, 8});
 }

@@ -371,7 +371,7 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
 // (HIBANA_CUDA_FUSED_MATMUL_CONV=1) has the bits of the matmul then gdn_conv — the product, the
 // conv's outputs, every state slot and a snapshot — and the CPU's to rounding: 1 and 2 rows
 // (packed), 3 (one a padding row: slot -1, zero output) and 8; bf16 and fp8; the 80B's [12352,
-// 2048] (two splits: the reducing CTA applies the conv, or the CTA of both) with its
+// 2048] (bf16 two splits, fp8 four: the reducing CTA applies the conv, or the CTA of all) with its
 // 8192 conv channels and 4 taps, a [640, 1024] (two splits) with 512 and 2 taps, a [640, 512]
 // (one split) with 384 and 5. A prefill-like layout (9 tokens of one sequence) takes the two
 // ops.
@@ -421,11 +421,11 @@ TEST_F(CudaFusedOps, ConvInTheMatmulHasTheBitsOfTheMatmulThenTheConv) {
         // The splits of a decode batch (save 2 rows) ran in one CTA, the conv applied there
         // (HIBANA_CUDA_CTA_SPLITS; on a GPU the size of an H100 their CTAs fit one wave): the
         // bits of the split-parallel kernel, whose last CTA applies it. (fp8's 4 splits of
-        // 12352 rows at 3-8 rows are 772 CTAs, past one wave: split-parallel.)
-        if (cuda_shared_memory_per_block() > 101376) {
-          const bool fits = dtype == DType::bf16 || m == 1 || N < 2048;
-          EXPECT_EQ(cuda_one_cta_split_products() - one_cta,
-                    decode && m != 2 && K > 512 && fits ? 2 : 0);
+        // 12352 rows are 772 CTAs: one wave or not by the GPU's SMs and the kernel's registers,
+        // so which way they ran is not asserted; the bits are.)
+        const bool certain = dtype == DType::bf16 || N < 2048;
+        if (cuda_shared_memory_per_block() > 101376 && certain) {
+          EXPECT_EQ(cuda_one_cta_split_products() - one_cta, decode && m != 2 && K > 512 ? 2 : 0);
         }
         const std::vector<float> parallel = run("1", decode ? "matmul_conv" : "gdn_conv", "0");
         EXPECT_EQ(std::memcmp(parallel.data(), fused.data(), fused.size() * sizeof(float)), 0);

@@ -505,7 +505,7 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
 // Expert products long enough to be split, so that the grouped launches add split partials
 // (the reduction no other MoE test reaches: their products are one split each). At the grouped
 // tile target of 8 (bf16; fp8 32), a matrix of at most 512 rows (fp8 2048) and at least 1024
-// columns takes 2 splits of 512 (fp8 up to 4): H = 1024, I = 512 splits gate and up; H = 512,
+// columns takes 2 splits of 512 (fp8 more): H = 1024, I = 512 splits gate and up; H = 512,
 // I = 1024 the down projection; stacked, H = 1024, I = 256 the [512, 1024] gate/up (the fused
 // SwiGLU's partials carry gate and up apart; in fp8 its 2 splits run in one CTA at 1-8 tokens,
 // and must give the same bits). And the 80B's shapes stacked (I = 512, H = 2048): in bf16 one

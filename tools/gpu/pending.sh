@@ -82,14 +82,16 @@ call9() {
   BATCHES=1,8,32,64 timeout 120 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
 }
 
-# The twenty-eighth slice on the H200: call 9, then the split targets by element type against
+# The twenty-eighth slice on the H200: call 9's work, then the split targets by element type against
 # the old ones (264 / 8 tiles: the tree before e1ea06d), and the down projection's early weight
 # stream off (its critical time rose from 5.4 to 7.1 us on the H100 beside the 4-split gate/up).
-call10() {
-  call9
+call10() {  # (its own timeouts: under the ten minutes of a call in all)
+  timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
+  BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
   local old="HIBANA_CUDA_SPLIT_TILES=264 HIBANA_CUDA_GROUPED_SPLIT_TILES=8"
   VARIANTS="base;$old;HIBANA_CUDA_GROUPED_PREFETCH=0" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 \
-    BATCHES=1,8 timeout 160 tools/gpu/check.sh sweep 2>&1 | tail -8
+    BATCHES=1,8 timeout 140 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
 case "${1:-}" in

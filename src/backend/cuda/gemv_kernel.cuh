@@ -72,8 +72,8 @@ constexpr int kRowsPerCta = 16 * kWarps;
 // tile's last CTA reads back from L2 (last_to_finish, split_sums: two L2 round trips on the
 // chain). Its warps are kCtaSplits splits of kCtaWarps / kCtaSplits row groups of 16 rows
 // (2 x 2, 1 x 3, 1 x 4, 1 x 8). The same splits, the same sums in the same order: the same
-// bits. Plain products take it, and grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits
-// (matmul_gemv.cu).
+// bits. Plain products take it, and grouped fp8 SwiGLU (an MoE layer's gate/up) in 2 splits,
+// or in 4 at one token (matmul_gemv.cu).
 constexpr int cta_warps(int cta_splits) {
   return cta_splits >= kWarps ? cta_splits : kWarps / cta_splits * cta_splits;
 }
@@ -143,10 +143,10 @@ constexpr int kXSharedMax = 26 << 10;
 // depend on the other columns, so the bits are those of the three chains; the fold h + (m + l)
 // takes l from the next lane.
 //
-// kXEarly (grouped, shared x, one row, one split): Params::x_early's kernel, which splits the
-// activations before its wait and may run a known slice; the others split them after it only.
-// Each carries one copy of the split (the down projection and the gate/up ran ~6 KB of the
-// other's).
+// kXEarly (grouped, shared x, one row; one split, or a CTA's splits): Params::x_early's kernel,
+// which splits the activations before its wait and may run a known slice; the others split
+// them after it only. Each carries one copy of the split (the down projection and the gate/up
+// ran ~6 KB of the other's).
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
           Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false,
           int kCtaSplits = 1>

@@ -65,7 +65,8 @@ void launch(const Params& p, int groups, int x_rows) {
   }
   if (shared_x && small_mode == 2) small = true;
   // The shared-x kernels, with (kXEarly) or without the split before the wait; x_early in
-  // more splits (a knob's) splits after it, the same bits.
+  // more splits than one, where the one-CTA kernel does not take them (a grouped product that
+  // is not SwiGLU, or a SwiGLU not stacked), splits after it, the same bits.
   constexpr bool kCanEarly = kGrouped && kRows == 1 && kOneSplit;
   auto shared_kernel = [&](auto early) {
     constexpr bool kE = decltype(early)::value;
@@ -204,9 +205,9 @@ bool launch_grouped_cta_splits(const Params& p, Elt elt, int x_rows, int groups)
 }
 
 // A kernel for 1, 2 (both packed) or up to 8 rows a group; p.pair the SwiGLU one, p.conv_w the
-// conv. Grouped products in one split (the 80B's experts at every batch) take kernels without
-// the split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones keep it
-// (the 80B's in-, out- and q/k/v projections run 2-8 splits at batch 1).
+// conv. Grouped products in one split (the 80B's down projections; bf16 experts) take kernels
+// without the split-K reduction's code (-4.5 KB of the grouped fp8 kernels' ~50); plain ones
+// keep it (the 80B's in-, out- and q/k/v projections run 4-8 splits at batch 1).
 template <Elt E, bool kGrouped, Fused kFused, bool kOneSplit>
 void launch_by_rows(const Params& p, int groups, int x_rows) {
   x_rows <= 1   ? launch<E, kGrouped, 1, kFused, kOneSplit>(p, groups, x_rows)

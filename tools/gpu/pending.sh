@@ -3,7 +3,9 @@
 # minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
 # ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
 # timeline and profile), `9` (every CUDA test, then the official figures: on an H200), `10`
-# (9, then the twenty-eighth slice's split targets against the old ones: on an H200). The
+# (9, then the twenty-eighth slice's split targets against the old ones: on an H200), `11`
+# (the down projection's critical time beside the 4-split gate/up: any GPU; ran on f7d7872,
+# docs/benchmarks.md, twenty-ninth slice). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19; call 17,
 # op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
@@ -94,11 +96,28 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
     BATCHES=1,8 timeout 140 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
+# Why the down projection's critical time rose from 5.4 to 7.1 us (H100) beside the 4-split
+# gate/up (docs/benchmarks.md, twenty-ninth slice's "Not measured yet"): the 80B's batch-1
+# timeline with the experts' old target (1 gate/up split) and with the new, each kernel group's
+# critical time side by side, then the down's early weight stream off against on. Any GPU.
+call11() {
+  timeout 170 tools/gpu/check.sh build 2>&1 | tail -1
+  HIBANA_CUDA_GROUPED_SPLIT_TILES=8 TIMELINE_TAG=_old LINES_SHOWN=0 timeout 130 \
+    tools/gpu/check.sh timeline
+  LINES_SHOWN=0 timeout 130 tools/gpu/check.sh timeline
+  local f="$OUT/timeline_qwen3-next-80b-a3b_b1"
+  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" --against "${f}_old_cuda_gpu_trace.csv" |
+    head -32
+  VARIANTS="base;HIBANA_CUDA_GROUPED_PREFETCH=0" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 \
+    BATCHES=1 timeout 80 tools/gpu/check.sh sweep 2>&1 | tail -3
+}
+
 case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
   9) call9 ;;
   10) call10 ;;
-  *) echo "usage: $0 4|6|8|9|10" >&2; exit 2 ;;
+  11) call11 ;;
+  *) echo "usage: $0 4|6|8|9|10|11" >&2; exit 2 ;;
 esac

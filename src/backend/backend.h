@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,12 +109,6 @@ class Backend {
   // GPU time per op since the last report, when the backend was asked to time its ops
   // (HIBANA_CUDA_TIMING=1); empty otherwise.
   virtual std::string timing_report() { return {}; }
-
-  // A hint that ops queued after this call read these weights soon (null ones are skipped): a
-  // backend may start moving them nearer its compute (CUDA: into L2, while a decode step is
-  // recorded, with HIBANA_CUDA_L2_PREFETCH=1, off: measured slower). Results never depend on
-  // it. The default does nothing.
-  virtual void prefetch(std::initializer_list<const Weight*> weights) { (void)weights; }
 
   // Graphs (CUDA): ops queued between begin_capture() and end_capture() are recorded instead of
   // run, and replay() runs the recording again with the same pointers and shapes (the data

@@ -48,7 +48,6 @@ void attention(const ModelConfig& c, const AttentionWeights& w, Backend& be, con
     k = kbuf.tensor;
     v = vbuf.tensor;
   }
-  be.prefetch({&w.o});  // (Backend::prefetch: read after the attention)
   Tensor q = q_proj, gate;
   if (c.attention_output_gate) {  // [all q | all gates], regrouped here unless at load
     if (!w.q_gate_split.empty()) {
@@ -106,7 +105,6 @@ void deltanet(const ModelConfig& c, const DeltaNetWeights& w, Backend& be, const
     }
     be.gdn_conv(columns(qkvz, 0, conv_dim), w.conv, conv_states, layout, conv_out.tensor);
   }
-  be.prefetch({&w.out});  // (Backend::prefetch: read after the recurrence)
   OwnedTensor core = scratch(be, T, value_dim);
   Backend::GdnShape shape{c.linear_key_heads, nv, c.linear_key_dim, dv};
   be.gdn_recurrence(conv_out.tensor, columns(ba, 0, nv), columns(ba, nv, nv), w.A_log, w.dt_bias,
@@ -179,39 +177,15 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
 }
 
 namespace {
-// Backend::prefetch hints, each placed an op or more before the weights are read: a layer's FFN
-// weights that do not depend on the routing (after its mixer), the next layer's input
-// projection (before this layer's FFN). Stacked matrices where they exist (the others are
-// views of them).
-void prefetch_ffn(Backend& be, const LayerWeights& w) {
-  const MlpWeights& m = w.ffn == FfnKind::moe ? w.moe.shared : w.mlp;
-  const Weight* gate_up = m.gate_up.empty() ? nullptr : &m.gate_up;
-  const Weight* router = nullptr;
-  if (w.ffn == FfnKind::moe)
-    router = w.moe.router_gate.empty() ? &w.moe.router : &w.moe.router_gate;
-  be.prefetch({router, gate_up, gate_up ? nullptr : &m.gate, gate_up ? nullptr : &m.up, &m.down});
-}
-void prefetch_in_projection(Backend& be, const LayerWeights& w) {
-  if (w.mixer == MixerKind::attention) {
-    const AttentionWeights& a = w.attn;
-    if (!a.qkv.empty()) return be.prefetch({&a.qkv});
-    return be.prefetch({&a.q, &a.k, &a.v});
-  }
-  const DeltaNetWeights& g = w.gdn;
-  if (!g.qkvz_ba.empty()) return be.prefetch({&g.qkvz_ba});
-  be.prefetch({&g.qkvz, &g.ba, &g.qkv, &g.z, &g.b, &g.a});
-}
-
 // One layer. Its input norm: xn already holds it (`normed`: the previous layer's FFN output
 // joined x there), or x and the previous layer's FFN output `pending` join in it
 // (Backend::add_rmsnorm, the bits of the add and the norm), or x alone. Its FFN output goes to
 // ffn_out; with `next_norm` (the next layer's input norm weight) it also joins x and xn
 // receives the next layer's input norm (the same ops, one layer earlier: a GPU can fold them
-// into the FFN's last kernel). `next`: the next layer, whose input projection it prefetches.
+// into the FFN's last kernel).
 void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
                 const BatchLayout& layout, const StateViews& state, Communicator* comm, bool normed,
-                const Tensor* pending, Tensor xn, const Tensor* next_norm, Tensor ffn_out,
-                const LayerWeights* next) {
+                const Tensor* pending, Tensor xn, const Tensor* next_norm, Tensor ffn_out) {
   const int64_t T = x.shape[0], H = x.shape[1];
   const float eps = static_cast<float>(c.rms_norm_eps);
   OwnedTensor y = scratch(be, T, H);
@@ -225,10 +199,8 @@ void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor
   } else {
     deltanet(c, w.gdn, be, xn, layout, state, w.state_index, y.tensor);
   }
-  prefetch_ffn(be, w);
   sum_over_ranks(comm, y.tensor);
   be.add_rmsnorm(x, y.tensor, w.post_norm, eps, c.zero_centred_norm, xn);
-  if (next) prefetch_in_projection(be, *next);
   std::optional<Backend::ResidualNorm> then;
   if (next_norm) then = Backend::ResidualNorm{x, *next_norm, eps, c.zero_centred_norm, xn};
   if (w.ffn == FfnKind::moe) {
@@ -244,8 +216,7 @@ void layer_body(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, Backend& be, Tensor x,
                    const BatchLayout& layout, const StateViews& state, Communicator* comm) {
   OwnedTensor y = scratch(be, x.shape[0], x.shape[1]), xn = scratch(be, x.shape[0], x.shape[1]);
-  layer_body(c, w, be, x, layout, state, comm, false, nullptr, xn.tensor, nullptr, y.tensor,
-             nullptr);
+  layer_body(c, w, be, x, layout, state, comm, false, nullptr, xn.tensor, nullptr, y.tensor);
   be.add(x, y.tensor);
 }
 
@@ -263,8 +234,7 @@ void decoder_layers(const ModelConfig& c, const std::vector<LayerWeights>& layer
     const bool joined = join && i > 0, next = join && i + 1 < layers.size();
     layer_body(c, layers[i], be, x, layout, state, comm, joined,
                i > 0 && !join ? &y.tensor : nullptr, xn.tensor,
-               next ? &layers[i + 1].input_norm : nullptr, y.tensor,
-               i + 1 < layers.size() ? &layers[i + 1] : nullptr);
+               next ? &layers[i + 1].input_norm : nullptr, y.tensor);
   }
   be.add(x, y.tensor);
 }

@@ -65,7 +65,7 @@ stage_tests() {
 # fusions that are off by default switched on (KNOBS), so a switch is known to keep every model's
 # tokens before it is measured or made the default.
 stage_tests_knobs() {
-  run_cuda_tests "${KNOBS:-HIBANA_CUDA_TILED_PRESPLIT=1 HIBANA_CUDA_L2_PREFETCH=1}" \
+  run_cuda_tests "${KNOBS:-HIBANA_CUDA_TILED_PRESPLIT=1}" \
     _knobs model_tests engine_tests
 }
 

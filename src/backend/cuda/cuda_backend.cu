@@ -279,13 +279,7 @@ class CudaBackend final : public Backend {
     HIBANA_CUDA(cudaStreamBeginCapture(recording, cudaStreamCaptureModeRelaxed));
     t_capture = recording;
   }
-  // HIBANA_CUDA_L2_PREFETCH=1: in a recorded step only (an op-by-op run has no second stream
-  // to join, and runs only where graphs are off or a recording failed).
-  void prefetch(std::initializer_list<const Weight*> weights) override {
-    if (t_capture && knob_on("HIBANA_CUDA_L2_PREFETCH", false)) cuda::prefetch_l2(weights);
-  }
   std::shared_ptr<void> end_capture() override {
-    cuda::join_prefetches();  // (the recording must end on one stream)
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(cuda::stream(), &graph);
     t_capture = nullptr;

@@ -2,8 +2,6 @@
 // tensors laid out as backend.h describes and queues its kernels on stream(); none waits.
 #pragma once
 
-#include <initializer_list>
-
 #include "backend/backend.h"
 
 namespace hibana::cuda {
@@ -15,12 +13,6 @@ int num_sms();
 // far lower ones leave some kernels nothing that fits, e.g. head_dim 256 attention below 66 KB).
 // Kernels that would need more take fewer pipeline stages or another kernel. Read at every call.
 int smem_per_block();
-
-// prefetch.cu (Backend::prefetch, while a decode step is recorded): an L2 prefetch of up to 8
-// weights of at most 32 MB each on a second stream forked from stream() here; and that stream
-// joined back into stream() (before the recording ends).
-void prefetch_l2(std::initializer_list<const Weight*> weights);
-void join_prefetches();
 
 // elementwise.cu
 void embedding(const Weight& table, const Tensor& ids, Tensor out);

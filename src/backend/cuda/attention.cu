@@ -142,7 +142,7 @@ __device__ __forceinline__ void key_scores(const float* q, const float* k, float
 // score loop unrolls, the value rows are read as vectors), 0 for any other multiple of 4. kH:
 // 2 for a compiled head_dim and a group of 8 or more (below: each K and V row read from shared
 // memory once for both heads, half the reads; each head's arithmetic unchanged), else 1. (Four
-// heads a warp at head_dim 256, two warps a CTA, measured 0.975: branch exp/attention-4-heads.)
+// heads a warp at head_dim 256, two warps a CTA, measured 0.975, and were not kept.)
 template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;

@@ -59,7 +59,7 @@ inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION
 // and one token's down projection ending in the combine, add and norm (FUSED_DOWN_COMBINE:
 // 0.981; the down's critical time 11.9 us against 5.4 + 5.4 for the two kernels) in 6ce6acf.
 // The combine's CTAs as one thread block cluster taking the norm's sum through distributed
-// shared memory (COMBINE_CLUSTER: 0.999 at batch 1, 0.995 at 8) is on branch
-// exp/combine-cluster (6516332).
+// shared memory (COMBINE_CLUSTER: 0.999 at batch 1, 0.995 at 8) was on a branch that did not
+// outlive its session (docs/benchmarks.md, twenty-sixth slice, says what it did).
 
 }  // namespace hibana::cuda

@@ -2,12 +2,10 @@
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
 # ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
-# timeline and profile), `9` (every CUDA test, then the official figures: on an H200), `10`
-# (9, then the twenty-eighth slice's split targets against the old ones: on an H200), `11`
-# (the down projection's critical time beside the 4-split gate/up: any GPU; ran on f7d7872,
-# docs/benchmarks.md, twenty-ninth slice). The
-# calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19; call 17,
-# op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice).
+# timeline and profile), `10` (every CUDA test, the official figures, then the twenty-eighth
+# slice's split targets against the old ones: on an H200). The calls already run are in git
+# history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11; call 17, op_chain's
+# graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -75,18 +73,10 @@ call4() {
   done
 }
 
-# The official figures (on an H200: the 80B's batch 32 and 64 need its memory), after every
-# CUDA test (the twenty-sixth slice's one-CTA splits and two heads a warp have run on H100s
-# only).
-call9() {
-  timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
-  BATCHES=1,8,32,64 timeout 230 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
-  BATCHES=1,8,32,64 timeout 120 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
-}
-
-# The twenty-eighth slice on the H200: call 9's work, then the split targets by element type against
-# the old ones (264 / 8 tiles: the tree before e1ea06d), and the down projection's early weight
-# stream off (its critical time rose from 5.4 to 7.1 us on the H100 beside the 4-split gate/up).
+# The official figures on an H200 (the 80B's batch 32 and 64 need its memory) after every CUDA
+# test, then the split targets by element type against the old ones (264 / 8 tiles: the tree
+# before e1ea06d), and the down projection's early weight stream off (0.957 at batch 1 on the
+# H100, twenty-ninth slice).
 call10() {  # (its own timeouts: under the ten minutes of a call in all)
   timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
   BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
@@ -96,28 +86,10 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
     BATCHES=1,8 timeout 140 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
-# Why the down projection's critical time rose from 5.4 to 7.1 us (H100) beside the 4-split
-# gate/up (docs/benchmarks.md, twenty-ninth slice's "Not measured yet"): the 80B's batch-1
-# timeline with the experts' old target (1 gate/up split) and with the new, each kernel group's
-# critical time side by side, then the down's early weight stream off against on. Any GPU.
-call11() {
-  timeout 170 tools/gpu/check.sh build 2>&1 | tail -1
-  HIBANA_CUDA_GROUPED_SPLIT_TILES=8 TIMELINE_TAG=_old LINES_SHOWN=0 timeout 130 \
-    tools/gpu/check.sh timeline
-  LINES_SHOWN=0 timeout 130 tools/gpu/check.sh timeline
-  local f="$OUT/timeline_qwen3-next-80b-a3b_b1"
-  python3 tools/gpu/nsys_step.py "${f}_cuda_gpu_trace.csv" --against "${f}_old_cuda_gpu_trace.csv" |
-    head -32
-  VARIANTS="base;HIBANA_CUDA_GROUPED_PREFETCH=0" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 \
-    BATCHES=1 timeout 80 tools/gpu/check.sh sweep 2>&1 | tail -3
-}
-
 case "${1:-}" in
   4) call4 ;;
   6) call6 ;;
   8) call8 ;;
-  9) call9 ;;
   10) call10 ;;
-  11) call11 ;;
-  *) echo "usage: $0 4|6|8|9|10|11" >&2; exit 2 ;;
+  *) echo "usage: $0 4|6|8|10" >&2; exit 2 ;;
 esac

@@ -449,9 +449,10 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "moe_experts");
     cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch());
   }
-  void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
-                         const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
-                         Tensor weights, Tensor out, const ResidualNorm* then) override {
+  void moe_route_experts(const Tensor& x, const RouterProduct* router, const Tensor& logits,
+                         int64_t k, bool renormalise, const Tensor& shared_gate,
+                         const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,
+                         const ResidualNorm* then) override {
     // The norm joins the combine's kernel only where add_rmsnorm would be one kernel, and for a
     // decode batch (kCombineNormTokens); else it stays an op of its own after the experts.
     const bool norm = then && combine_norm_split() &&
@@ -460,20 +461,24 @@ class CudaBackend final : public Backend {
     const bool route =
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
     if (route || norm) {
+      // The router's product routes one token in its launch where route_in_router() asks and
+      // its kernel takes it (cuda::moe_route_experts runs the product otherwise).
+      const bool in_router = router && route && route_in_router() && x.shape[0] == 1;
+      if (router && !in_router) matmul(x, *router->weight, router->scores);
       {
         Timed timed(timer_, "moe_route_experts");
-        cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
-                                norm ? then : nullptr,
-                                {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early()});
+        cuda::moe_route_experts(
+            x, in_router ? router : nullptr, logits, k, renormalise, shared_gate, experts, ids,
+            weights, out, norm ? then : nullptr,
+            {route, fused_swiglu(), grouped_prefetch(), experts_x_early(), shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
       }
       return;
     }
-    Backend::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
-                               then);
+    Backend::moe_route_experts(x, router, logits, k, renormalise, shared_gate, experts, ids,
+                               weights, out, then);
   }
   void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                       Tensor out) override {

@@ -72,10 +72,12 @@ constexpr int64_t kCombineNormTokens = 64;
 struct MoeFusions {
   bool route, swiglu, prefetch_down, x_early, shared_early;
 };
-void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
-                       const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
-                       Tensor weights, Tensor out, const Backend::ResidualNorm* then,
-                       const MoeFusions& f);
+// With `router` (one token, f.route), the router's product too, routing the token in its launch
+// where the product's decode kernel takes that (mm::run_routed), else as its own launch first.
+void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, const Tensor& logits,
+                       int64_t k, bool renormalise, const Tensor& shared_gate,
+                       const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,
+                       const Backend::ResidualNorm* then, const MoeFusions& f);
 // Whether route_and_group takes this routing: up to 32 tokens, and an expert set that is the
 // routing's experts (plus the shared one when there is a shared gate).
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,

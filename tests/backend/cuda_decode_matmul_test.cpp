@@ -130,7 +130,8 @@ TEST_F(CudaDecodeMatmul, DecodeMatmulWithItsSplitsInOneCtaGivesTheSameBits) {
 // expert's gate stacked, 128 without one, 500 (the last experts' threads part past E). Rows:
 // random; a router row far the largest, repeated at 40 experts (40 tied keys: more than 32
 // reach the threshold, route_token's rounds); x with a NaN (every logit NaN). 1024 wide (2 splits)
-// is not the routing kernel's: two launches, the same result.
+// is not the routing kernel's: two launches, the same result. Another token is routed just
+// before, so a grouping left unwritten would show in the experts' output.
 TEST_F(CudaDecodeMatmul, RouterProductRoutingItsTokenHasTheBitsOfTheProductThenTheRouting) {
   struct Case {
     int64_t E, H;
@@ -156,12 +157,14 @@ TEST_F(CudaDecodeMatmul, RouterProductRoutingItsTokenHasTheBitsOfTheProductThenT
       for (size_t i = 0; i < rw.size(); ++i) rb[i] = f32_to_bf16(rw[i]);
       Weight w;
       w.w = upload(rb.data(), DType::bf16, {N, H});
-      const Tensor xd = upload(x.data(), DType::f32, {1, H});
+      const std::vector<float> x_other = randn(H, 52);
+      const Tensor xd = upload(x.data(), DType::f32, {1, H}),
+                   xo = upload(x_other.data(), DType::f32, {1, H});
       const std::vector<int32_t> zero(pairs, 0);
       struct Out {
         Tensor scores, ids, weights, out;
       };
-      auto run = [&](const char* in_launch) {
+      auto run = [&](const char* in_launch, const Tensor& xt) {
         ScopedEnv route("HIBANA_CUDA_ROUTE_IN_ROUTER", in_launch);
         ScopedEnv fused("HIBANA_CUDA_FUSED_ROUTING", "1");
         Out o{device_f32(1, N), upload(zero.data(), DType::i32, {1, pairs}), device_f32(1, pairs),
@@ -173,15 +176,18 @@ TEST_F(CudaDecodeMatmul, RouterProductRoutingItsTokenHasTheBitsOfTheProductThenT
           return v;
         };
         const Backend::RouterProduct router{&w, o.scores};
-        gpu->moe_route_experts(xd, &router, columns(0, E), k, true,
+        gpu->moe_route_experts(xt, &router, columns(0, E), k, true,
                                c.shared ? columns(E, 1) : Tensor{}, pooled.dev, o.ids, o.weights,
                                o.out, nullptr);
         return o;
       };
-      const Out two = run("0");
+      // Another token's routing first: the grouping's scratch then holds other pairs, so a
+      // routing in the router's launch that left the grouping unwritten would show in out.
+      run("0", xo);
       const int64_t before = cuda_routed_products();
-      const Out one = run("1");
+      const Out one = run("1", xd);
       EXPECT_EQ(cuda_routed_products() - before, c.in_launch ? 1 : 0) << "routed in its launch";
+      const Out two = run("0", xd);
       for (auto [name, a, b] :
            {std::tuple<const char*, Tensor, Tensor>{"scores", two.scores, one.scores},
             {"ids", two.ids, one.ids},

@@ -57,9 +57,10 @@ struct Params {
   bool routing_ready;
   // Grouped decode launches of one token's pairs (M == x_div, so every group's x row is 0): the
   // activations were written before the previous kernel's wait (two or more launches back, as
-  // the experts' gate/up input is: the router's product and the routing come between), so the
-  // kernel may read and split them before its own wait, before it knows its group. (The same
-  // reading of the launch order as routing_ready's.)
+  // the experts' gate/up input is: the router's product and the routing come between, or the
+  // router's product that routes, HIBANA_CUDA_ROUTE_IN_ROUTER), so the kernel may read and split
+  // them before its own wait, before it knows its group. (The same reading of the launch order
+  // as routing_ready's.)
   bool x_early;
   // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
   // matrix and its one row are known on the host (the shared expert folded in as the set's

@@ -461,16 +461,12 @@ class CudaBackend final : public Backend {
     const bool route =
         fused_routing() && cuda::route_group_fits(x.shape[0], logits, shared_gate, experts);
     if (route || norm) {
-      // The router's product routes one token in its launch where route_in_router() asks and
-      // its kernel takes it (cuda::moe_route_experts runs the product otherwise).
-      const bool in_router = router && route && route_in_router() && x.shape[0] == 1;
-      if (router && !in_router) matmul(x, *router->weight, router->scores);
       {
         Timed timed(timer_, "moe_route_experts");
-        cuda::moe_route_experts(
-            x, in_router ? router : nullptr, logits, k, renormalise, shared_gate, experts, ids,
-            weights, out, norm ? then : nullptr,
-            {route, fused_swiglu(), grouped_prefetch(), experts_x_early(), shared_expert_early()});
+        cuda::moe_route_experts(x, router, logits, k, renormalise, shared_gate, experts, ids,
+                                weights, out, norm ? then : nullptr,
+                                {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
+                                 shared_expert_early(), route_in_router()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -297,17 +297,15 @@ void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, co
   const int64_t T = x.shape[0];
   check(!f.route || route_group_fits(T, logits, shared_gate, experts), ErrorKind::internal,
         "moe_route_experts: the routing cannot be grouped in its launch");
-  check(!router || (f.route && T == 1), ErrorKind::internal,
-        "moe_route_experts: the router's product routes one token");
   if (T == 0) return;
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  // The router's product routes the token in its launch where its kernel takes that; else it
-  // runs first and the routing after it.
-  const bool routed = router && router_route_and_group(x, *router->weight, router->scores, logits,
-                                                       k, renormalise, shared_gate, ids, weights,
-                                                       groups);
+  // The router's product routes one token in its launch where asked and its kernel takes that;
+  // else it runs first and the routing after it.
+  const bool routed = router && f.in_router && f.route && T == 1 &&
+                      router_route_and_group(x, *router->weight, router->scores, logits, k,
+                                             renormalise, shared_gate, ids, weights, groups);
   if (router && !routed) matmul(x, *router->weight, router->scores);
   if (!routed && f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);

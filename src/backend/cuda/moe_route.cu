@@ -250,7 +250,6 @@ bool router_route_and_group(const Tensor& x, const Weight& router, Tensor scores
                             const Grouping& g) {
   const RouteArgs a = route_args(logits, k, renormalise, shared_gate, ids, weights);
   check(a.T == 1 && a.ldo == g.pairs, ErrorKind::internal, "router_route_and_group: one token");
-  if (!routes_one_token(a.T, a.ldo, a.E)) return false;
   return mm::run_routed(x, router, scores, a, group_args(ids.ptr<int32_t>(), g));
 }
 

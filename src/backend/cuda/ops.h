@@ -69,11 +69,12 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
+// in_router: at one token with f.route, the router's product routes it in its own launch
+// where that product's decode kernel takes the routing (mm::run_routed).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, x_early, shared_early;
+  bool route, swiglu, prefetch_down, x_early, shared_early, in_router;
 };
-// With `router` (one token, f.route), the router's product too, routing the token in its launch
-// where the product's decode kernel takes that (mm::run_routed), else as its own launch first.
+// With `router`, the router's product first (routing the token in its launch: f.in_router).
 void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, const Tensor& logits,
                        int64_t k, bool renormalise, const Tensor& shared_gate,
                        const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,

@@ -253,17 +253,9 @@ class Backend {
     bool zero_centred;
     Tensor normed;  // rmsnorm(x) with weight
   };
-  // With `router`, the router's product comes first: router->scores = x · router->weightᵀ,
-  // logits and shared_gate being columns of scores (a GPU may route in that product's launch).
-  struct RouterProduct {
-    const Weight* weight;
-    Tensor scores;
-  };
-  virtual void moe_route_experts(const Tensor& x, const RouterProduct* router, const Tensor& logits,
-                                 int64_t k, bool renormalise, const Tensor& shared_gate,
-                                 const ExpertWeights& experts, Tensor ids, Tensor weights,
-                                 Tensor out, const ResidualNorm* then) {
-    if (router) matmul(x, *router->weight, router->scores);
+  virtual void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                                 const Tensor& shared_gate, const ExpertWeights& experts,
+                                 Tensor ids, Tensor weights, Tensor out, const ResidualNorm* then) {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     moe_experts(x, ids, weights, experts, out);
     if (then) add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
@@ -304,9 +296,6 @@ int cuda_shared_memory_per_block();
 // How many products the CUDA decode matmul has run with all their splits in one thread block
 // (HIBANA_CUDA_CTA_SPLITS) in this process: a diagnostic for tests. 0 without CUDA.
 int64_t cuda_one_cta_split_products();
-// How many router products have routed their token in their own launch
-// (HIBANA_CUDA_ROUTE_IN_ROUTER) in this process: a diagnostic for tests. 0 without CUDA.
-int64_t cuda_routed_products();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

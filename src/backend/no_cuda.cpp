@@ -16,10 +16,6 @@ int64_t cuda_one_cta_split_products() {
   return 0;
 }
 
-int64_t cuda_routed_products() {
-  return 0;
-}
-
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(ErrorKind::unsupported,
               "this hibana was built without CUDA (nvcc was not found when it was configured)");

@@ -134,10 +134,7 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
   // gate (each output column is its own weight row's product: the same values either way).
   const bool stacked = !w.router_gate.empty();
   OwnedTensor scores = scratch(be, T, stacked ? E + 1 : E), own_gate;
-  // The router's product: moe_route_experts' (a GPU routes in its launch), else here.
-  const Backend::RouterProduct router{stacked ? &w.router_gate : &w.router, scores.tensor};
-  const int64_t held = static_cast<int64_t>(w.experts.gate.size());
-  if (held != E) be.matmul(xn, *router.weight, scores.tensor);
+  be.matmul(xn, stacked ? w.router_gate : w.router, scores.tensor);
   const Tensor logits = stacked ? columns(scores.tensor, 0, E) : scores.tensor;
   Tensor gate;  // the shared expert's gate logits [T, 1]
   if (!w.shared.gate.empty()) {
@@ -157,11 +154,12 @@ void moe(const ModelConfig& c, const MoeWeights& w, Backend& be, const Tensor& x
               weights = scratch(be, T, pairs);
   const Tensor route_gate = folded ? gate : Tensor{};
   const ExpertWeights& experts = folded ? w.with_shared : w.experts;
+  const int64_t held = static_cast<int64_t>(w.experts.gate.size());
   // The routed experts' output is the FFN's whole output unless a shared expert of its own
   // follows (which reads xn: `then` may overwrite it).
   const bool last = folded || w.shared.gate.empty();
   if (held == E) {
-    be.moe_route_experts(xn, &router, logits, k, c.norm_topk_prob, route_gate, experts, ids.tensor,
+    be.moe_route_experts(xn, logits, k, c.norm_topk_prob, route_gate, experts, ids.tensor,
                          weights.tensor, out, last ? then : nullptr);
   } else {  // expert parallelism: the pairs of other ranks' experts are skipped here
     be.moe_route(logits, k, c.norm_topk_prob, route_gate, ids.tensor, weights.tensor);

@@ -23,7 +23,6 @@
 namespace hibana {
 namespace {
 
-using test::PooledExperts;
 using test::randn;
 using test::ScopedEnv;
 
@@ -145,6 +144,37 @@ TEST_F(CudaFusedOps, AttentionPrepHasTheBitsOfNormsRopeAndStoreKv) {
   }
 }
 
+// `count` experts ([I, H] gate and up, [H, I] down, bf16) cut from one random pool at row
+// offsets that depend on the expert (so experts differ), on both devices: many experts for
+// little memory. On the GPU also stacked ([gate ; up], as move_weights stacks them).
+struct PooledExperts {
+  PooledExperts(test::CudaFixture& f, int64_t count, int64_t H, int64_t I) {
+    const int64_t rows = 6 * I;  // offsets below 3I, then gate, up and down (I rows each)
+    pool.resize(rows * H);
+    const std::vector<float> pv = randn(pool.size(), 31, 0.05f);
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = f32_to_bf16(pv[i]);
+    const Tensor on_host(pool.data(), DType::bf16, {rows, H});
+    const Tensor on_dev = f.upload(pool.data(), DType::bf16, {rows, H});
+    for (int64_t e = 0; e < count; ++e) {
+      const int64_t at = (e * 7) % (3 * I);
+      for (auto [set, base] : {std::pair<ExpertWeights*, Tensor>{&host, on_host}, {&dev, on_dev}}) {
+        auto cut = [&, base = base](int64_t row, int64_t n, int64_t cols) {
+          Weight w;
+          w.w = Tensor(static_cast<uint16_t*>(base.data) + row * H, DType::bf16, {n, cols},
+                       base.device);
+          return w;
+        };
+        set->gate.push_back(cut(at, I, H));
+        set->up.push_back(cut(at + I, I, H));
+        set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
+        if (set == &dev) set->gate_up.push_back(cut(at, 2 * I, H));  // [gate ; up], stacked
+      }
+    }
+  }
+  std::vector<uint16_t> pool;
+  ExpertWeights host, dev;
+};
+
 struct RouteCase {
   int64_t E, k;
   bool shared;
@@ -193,8 +223,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       timed->timing_report();  // (forgets the ops before)
       {
         ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
-        timed->moe_route_experts(xd, nullptr, lg, c.k, true, gd, dev, fused.ids, fused.weights,
-                                 fused.out, nullptr);
+        timed->moe_route_experts(xd, lg, c.k, true, gd, dev, fused.ids, fused.weights, fused.out,
+                                 nullptr);
       }
       const std::string ops = timed->timing_report();
       EXPECT_EQ(ops.find("moe_experts") == std::string::npos, T <= 32) << ops;
@@ -215,8 +245,8 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
         {
           ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
           ScopedEnv early("HIBANA_CUDA_SHARED_EXPERT_EARLY", early_on);
-          timed->moe_route_experts(x1d, nullptr, lg, c.k, true, gd, dev, again.ids, again.weights,
-                                   again.out, nullptr);
+          timed->moe_route_experts(x1d, lg, c.k, true, gd, dev, again.ids, again.weights, again.out,
+                                   nullptr);
         }
         timed->moe_route(lg, c.k, true, gd, ref.ids, ref.weights);
         timed->moe_experts(x1d, ref.ids, ref.weights, dev, ref.out);
@@ -231,12 +261,11 @@ TEST_F(CudaFusedOps, RoutingAndGroupingInOneLaunchHaveTheBitsOfRouteThenExperts)
       if (nan_row >= 0) logits[nan_row * c.E + 3] = 0.0f;
       std::vector<int32_t> ids_c(T * pairs);
       std::vector<float> w_c(T * pairs), out_c(T * H);
-      cpu->moe_route_experts(Tensor(x.data(), DType::f32, {T, H}), nullptr,
-                             Tensor(logits.data(), DType::f32, {T, c.E}), c.k, true,
-                             c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{}, host,
-                             Tensor(ids_c.data(), DType::i32, {T, pairs}),
-                             Tensor(w_c.data(), DType::f32, {T, pairs}),
-                             Tensor(out_c.data(), DType::f32, {T, H}), nullptr);
+      cpu->moe_route_experts(
+          Tensor(x.data(), DType::f32, {T, H}), Tensor(logits.data(), DType::f32, {T, c.E}), c.k,
+          true, c.shared ? Tensor(gate.data(), DType::f32, {T, 1}) : Tensor{}, host,
+          Tensor(ids_c.data(), DType::i32, {T, pairs}), Tensor(w_c.data(), DType::f32, {T, pairs}),
+          Tensor(out_c.data(), DType::f32, {T, H}), nullptr);
       const std::vector<float> w_f = download(fused.weights), out_f = download(fused.out);
       float worst = 0.0f;
       for (int64_t t = 0; t < T; ++t) {
@@ -318,8 +347,7 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
     }
     ScopedEnv on("HIBANA_CUDA_FUSED_ROUTING", "1");
     const Tensor ids_b = upload(zero.data(), DType::i32, {T, pairs}), w_b = device_f32(T, pairs);
-    gpu->moe_route_experts(xd, nullptr, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H),
-                           nullptr);
+    gpu->moe_route_experts(xd, lg, k, true, gd, pooled.dev, ids_b, w_b, device_f32(T, H), nullptr);
     expect_same_bytes({{"ids, batch", ids, ids_b}, {"weights, batch", w, w_b}});
     for (int64_t t = 0; t < T; ++t) {
       SCOPED_TRACE(testing::Message() << "row " << t << " alone");
@@ -329,7 +357,7 @@ TEST_F(CudaFusedOps, OneTokenRoutingInOneCtaHasTheBatchsBitsAndTheCpusExperts) {
                    out1 = device_f32(1, H);
       const Tensor ids_r = upload(zero.data(), DType::i32, {1, pairs}), w_r = device_f32(1, pairs),
                    out_r = device_f32(1, H);
-      gpu->moe_route_experts(x1, nullptr, l1, k, true, g1, pooled.dev, ids1, w1, out1, nullptr);
+      gpu->moe_route_experts(x1, l1, k, true, g1, pooled.dev, ids1, w1, out1, nullptr);
       gpu->moe_route(l1, k, true, g1, ids_r, w_r);
       gpu->moe_experts(x1, ids_r, w_r, pooled.dev, out_r);
       expect_same_bytes({{"ids", ids.slice_rows(t, t + 1), ids1},
@@ -469,13 +497,13 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
           if (fused) {
             ScopedEnv norm("HIBANA_CUDA_COMBINE_NORM_SPLIT", "1");
             ScopedEnv route("HIBANA_CUDA_FUSED_ROUTING", knobs[2] == '1' ? "1" : "0");
-            timed->moe_route_experts(o.xn, nullptr, lg, k, true, gd, pooled.dev, o.ids, o.weights,
-                                     o.out, &then);
+            timed->moe_route_experts(o.xn, lg, k, true, gd, pooled.dev, o.ids, o.weights, o.out,
+                                     &then);
             const std::string ops = timed->timing_report();
             EXPECT_EQ(ops.find("add_rmsnorm") == std::string::npos, H >= 1024) << ops;
           } else {
-            timed->Backend::moe_route_experts(o.xn, nullptr, lg, k, true, gd, pooled.dev, o.ids,
-                                              o.weights, o.out, &then);
+            timed->Backend::moe_route_experts(o.xn, lg, k, true, gd, pooled.dev, o.ids, o.weights,
+                                              o.out, &then);
           }
           return o;
         };
@@ -493,7 +521,7 @@ TEST_F(CudaFusedOps, CombineAddAndNormInOneKernelHaveTheBitsOfTheThreeOps) {
         const Backend::ResidualNorm then_c{Tensor(x_c.data(), DType::f32, {T, H}),
                                            Tensor(w.data(), DType::f32, {H}), 1e-6f, zc,
                                            Tensor(n_c.data(), DType::f32, {T, H})};
-        cpu->moe_route_experts(Tensor(n_c.data(), DType::f32, {T, H}), nullptr,
+        cpu->moe_route_experts(Tensor(n_c.data(), DType::f32, {T, H}),
                                Tensor(logits.data(), DType::f32, {T, E}), k, true,
                                Tensor(gate.data(), DType::f32, {T, 1}), pooled.host,
                                Tensor(ids_c.data(), DType::i32, {T, pairs}),

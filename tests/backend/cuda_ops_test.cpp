@@ -489,8 +489,8 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
       const std::vector<int32_t> zero(k, 0);
       Tensor one_ids = t.upload(zero.data(), DType::i32, {1, k});
       Tensor one_w = t.device_f32(1, k), one = t.device_f32(1, H);
-      t.gpu->moe_route_experts(xd.slice_rows(tok, tok + 1), nullptr, lg, k, true, Tensor{}, set.dev,
-                               one_ids, one_w, one, nullptr);
+      t.gpu->moe_route_experts(xd.slice_rows(tok, tok + 1), lg, k, true, Tensor{}, set.dev, one_ids,
+                               one_w, one, nullptr);
       std::vector<int32_t> got_ids(k);
       copy_to_host(one_ids, got_ids.data());
       EXPECT_EQ(got_ids, std::vector<int32_t>(ids.begin() + tok * k, ids.begin() + (tok + 1) * k))

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -53,36 +52,5 @@ inline TestWeight make_weight(CudaFixture& t, DType dtype, int64_t N, int64_t K,
   }
   return w;
 }
-
-// `count` experts ([I, H] gate and up, [H, I] down, bf16) cut from one random pool at row
-// offsets that depend on the expert (so experts differ), on both devices: many experts for
-// little memory. On the GPU also stacked ([gate ; up], as move_weights stacks them).
-struct PooledExperts {
-  PooledExperts(CudaFixture& f, int64_t count, int64_t H, int64_t I) {
-    const int64_t rows = 6 * I;  // offsets below 3I, then gate, up and down (I rows each)
-    pool.resize(rows * H);
-    const std::vector<float> pv = randn(pool.size(), 31, 0.05f);
-    for (size_t i = 0; i < pool.size(); ++i) pool[i] = f32_to_bf16(pv[i]);
-    const Tensor on_host(pool.data(), DType::bf16, {rows, H});
-    const Tensor on_dev = f.upload(pool.data(), DType::bf16, {rows, H});
-    for (int64_t e = 0; e < count; ++e) {
-      const int64_t at = (e * 7) % (3 * I);
-      for (auto [set, base] : {std::pair<ExpertWeights*, Tensor>{&host, on_host}, {&dev, on_dev}}) {
-        auto cut = [&, base = base](int64_t row, int64_t n, int64_t cols) {
-          Weight w;
-          w.w = Tensor(static_cast<uint16_t*>(base.data) + row * H, DType::bf16, {n, cols},
-                       base.device);
-          return w;
-        };
-        set->gate.push_back(cut(at, I, H));
-        set->up.push_back(cut(at + I, I, H));
-        set->down.push_back(cut(at + 2 * I, H, I));  // [H, I]: H * I / H = I pool rows
-        if (set == &dev) set->gate_up.push_back(cut(at, 2 * I, H));  // [gate ; up], stacked
-      }
-    }
-  }
-  std::vector<uint16_t> pool;
-  ExpertWeights host, dev;
-};
 
 }  // namespace hibana::test

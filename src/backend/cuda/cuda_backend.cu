@@ -449,10 +449,9 @@ class CudaBackend final : public Backend {
     Timed timed(timer_, "moe_experts");
     cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch());
   }
-  void moe_route_experts(const Tensor& x, const RouterProduct* router, const Tensor& logits,
-                         int64_t k, bool renormalise, const Tensor& shared_gate,
-                         const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,
-                         const ResidualNorm* then) override {
+  void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                         const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
+                         Tensor weights, Tensor out, const ResidualNorm* then) override {
     // The norm joins the combine's kernel only where add_rmsnorm would be one kernel, and for a
     // decode batch (kCombineNormTokens); else it stays an op of its own after the experts.
     const bool norm = then && combine_norm_split() &&
@@ -463,18 +462,18 @@ class CudaBackend final : public Backend {
     if (route || norm) {
       {
         Timed timed(timer_, "moe_route_experts");
-        cuda::moe_route_experts(x, router, logits, k, renormalise, shared_gate, experts, ids,
-                                weights, out, norm ? then : nullptr,
+        cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
+                                norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early(), route_in_router()});
+                                 shared_expert_early()});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
       }
       return;
     }
-    Backend::moe_route_experts(x, router, logits, k, renormalise, shared_gate, experts, ids,
-                               weights, out, then);
+    Backend::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
+                               then);
   }
   void logits_summary(const Tensor& logits, const std::vector<float>& temperature, int64_t k,
                       Tensor out) override {

@@ -44,10 +44,6 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
 // slice); =0 runs it after the routing like the routed experts.
 inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
-// HIBANA_CUDA_ROUTE_IN_ROUTER=1: at batch 1 the router's product routes the token and groups its
-// pairs in its own launch, by the CTA that finishes last (mm::run_routed; the same bits), one
-// launch fewer per MoE layer. Off until measured on a GPU; =1 turns it on.
-inline bool route_in_router() { return knob_on("HIBANA_CUDA_ROUTE_IN_ROUTER", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.
@@ -64,6 +60,8 @@ inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION
 // 0.981; the down's critical time 11.9 us against 5.4 + 5.4 for the two kernels) in 6ce6acf.
 // The combine's CTAs as one thread block cluster taking the norm's sum through distributed
 // shared memory (COMBINE_CLUSTER: 0.999 at batch 1, 0.995 at 8) was on a branch that did not
-// outlive its session (docs/benchmarks.md, twenty-sixth slice, says what it did).
+// outlive its session (docs/benchmarks.md, twenty-sixth slice, says what it did). The router's
+// product routing its token in its own launch, by its last CTA (ROUTE_IN_ROUTER: 0.996 at batch
+// 1 over three rounds, H100, thirtieth slice) is in 6217715 and fd0689d.
 
 }  // namespace hibana::cuda

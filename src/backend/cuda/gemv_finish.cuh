@@ -55,9 +55,8 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 // each kernel carries only its own epilogue's code: nothing, SwiGLU (Params::pair) or, in plain
 // products only, the DeltaNet conv (Params::conv_w). The conv's code in every plain kernel made
 // the 80B's fp8 one 7 KB larger (cubin: 45824 against 38528 bytes with the store below
-// inlined once). Fused::route stores as none does, then the last CTA routes the token
-// (Params::route; gemv_kernel.cuh).
-enum class Fused { none, swiglu, conv, route };
+// inlined once).
+enum class Fused { none, swiglu, conv };
 
 // The output row of each of the lane's four sums (-1: none; finish's rows, below). Grouped,
 // from the group's row list, read once (a store could alias the list for the compiler, which
@@ -94,8 +93,7 @@ template <bool kGrouped, Fused kFused, bool kOneSplit>
 __device__ __forceinline__ void finish(const Params& p, const float (&total)[4],
                                        const int32_t (&out_row)[4], int my_split, int64_t rA,
                                        int64_t rB) {
-  static_assert(!(kGrouped && (kFused == Fused::conv || kFused == Fused::route)),
-                "the conv and the routing follow plain products only");
+  static_assert(!(kGrouped && kFused == Fused::conv), "the conv follows plain products only");
   int64_t orow[4], col[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

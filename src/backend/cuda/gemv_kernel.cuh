@@ -62,16 +62,11 @@
 #include "backend/cuda/gemv_prologue.cuh"
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
-#include "backend/cuda/route_impl.cuh"
 
 namespace hibana::cuda::mm {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerCta = 16 * kWarps;
-// Fused::route's routing: a CTA of 4 splits (128 threads) holds up to 512 experts' logits, 4 a
-// thread, and route_token (its fallback) their keys in registers, 16 a lane.
-constexpr int kRouteExpertsPerThread = 4, kRoutePerLane = 16, kRouteSplits = 4;
-constexpr int kRouteMostExperts = kRouteExpertsPerThread * 32 * kRouteSplits;
 // kCtaSplits > 1: one CTA runs all of a product's splits (2, 3, 4 or 8), a warp each, and adds
 // them itself in split order, through shared memory, instead of writing partials that the
 // tile's last CTA reads back from L2 (last_to_finish, split_sums: two L2 round trips on the
@@ -454,33 +449,19 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
     float4* own = reinterpret_cast<float4*>(smem + warp * D * S::kStageBytes) + lane;
     *own = make_float4(total[0], total[1], total[2], total[3]);
     __syncthreads();
-    // (Fused::route: every warp goes on to the count below.)
-    if (kFused != Fused::route && warp_split != 0) return;
-    if (warp_split == 0) {
+    if (warp_split != 0) return;
 #pragma unroll
-      for (int s = 1; s < kCtaSplits; ++s) {
-        const float4 o = own[s * D * S::kStageBytes / 16];
-        total[0] = total[0] + o.x;
-        total[1] = total[1] + o.y;
-        total[2] = total[2] + o.z;
-        total[3] = total[3] + o.w;
-      }
+    for (int s = 1; s < kCtaSplits; ++s) {
+      const float4 o = own[s * D * S::kStageBytes / 16];
+      total[0] = total[0] + o.x;
+      total[1] = total[1] + o.y;
+      total[2] = total[2] + o.z;
+      total[3] = total[3] + o.w;
     }
   }
-  if (kFused != Fused::route || warp_split == 0) {
-    int32_t orow[4];
-    out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
-    finish<kGrouped, kFused, (kOneSplit || kCtaSplits > 1)>(p, total, orow, my_split, rA, rB);
-  }
-  if constexpr (kFused == Fused::route) {
-    // The CTA that stored the last logits routes the token, its rings (every copy landed: the
-    // wait above) as the routing's shared memory.
-    static_assert(kCtaSplits > 1 && !kGrouped && kRows == 1, "one token's router product");
-    if (!last_to_finish(p.route_counter, static_cast<int>(gridDim.x))) return;
-    static_assert(sizeof(RouteOneSmem) <= kRingBytes, "the routing's shared memory");
-    route_one_token<kRoutePerLane, kRouteExpertsPerThread>(p.route, p.group,
-                                                           *reinterpret_cast<RouteOneSmem*>(smem));
-  }
+  int32_t orow[4];
+  out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);
+  finish<kGrouped, kFused, (kOneSplit || kCtaSplits > 1)>(p, total, orow, my_split, rA, rB);
 }
 
 }  // namespace hibana::cuda::mm

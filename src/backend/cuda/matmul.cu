@@ -454,24 +454,6 @@ bool fused_decode_fits(const Tensor& x, const Weight& w) {
 }
 }  // namespace
 
-namespace mm {
-bool run_routed(const Tensor& x, const Weight& w, Tensor out, const RouteArgs& a,
-                const GroupArgs& g) {
-  if (x.shape[0] != 1 || !fused_decode_fits(x, w) || out.shape[0] != 1 ||
-      out.shape[1] != w.rows() || out.stride[1] != 1) {
-    return false;
-  }
-  Params p = plain_params(x, w, out);
-  const Elt elt = elt_of(w.w.dtype);
-  p.split_len = split_length(p.N, p.K, false, elt);  // (the plain product's splits: run's)
-  p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
-  p.route = a;
-  p.group = g;
-  p.route_counter = finish_counters(1);
-  return run_gemv_routed(p, elt);
-}
-}  // namespace mm
-
 // Decode (one token a sequence, at most 8), a weight the tensor-core kernels take, a conv of up to
 // kFusedConvTaps taps over the first columns.
 bool matmul_conv_fits(const Tensor& x, const Weight& w, const Tensor& conv_w,

@@ -89,7 +89,6 @@ void launch(const Params& p, int groups, int x_rows) {
 }
 
 std::atomic<int64_t> g_one_cta_products{0};  // cuda_one_cta_split_products()
-std::atomic<int64_t> g_routed_products{0};   // cuda_routed_products()
 
 // A one-CTA kernel (kCtaSplits, gemv_kernel.cuh) and what its launches ask of the GPU, each
 // found once.
@@ -232,20 +231,6 @@ void launch_rows(const Params& p, int groups, int x_rows) {
   launch_fused<E, kGrouped, Fused::none>(p, groups, x_rows);
 }
 
-// Fused::route: one token's bf16 router product in kRouteSplits splits, one CTA a row group's
-// splits with the activations shared (launch_cta_splits' kernel for that shape), then the
-// routing by its last CTA.
-bool launch_routed(const Params& p) {
-  constexpr int kRing = kSmallRingPerWarp<Elt::bf16, true>;
-  const size_t x_bytes = 3 * Gemv<Elt::bf16, kRing>::plane_pitch_bytes(kRouteSplits * p.split_len);
-  if (x_bytes > static_cast<size_t>(kXSharedMax)) return false;
-  if (!CtaKernel<Elt::bf16, true, 1, kRing, Fused::route, kRouteSplits>::launch(p, 1, x_bytes)) {
-    return false;
-  }
-  g_routed_products.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 }  // namespace
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
@@ -277,22 +262,10 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   }
 }
 
-bool run_gemv_routed(Params& p, Elt elt) {
-  p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);  // (as run_gemv reads it)
-  if (elt != Elt::bf16 || p.M != 1 || p.splits != kRouteSplits || p.route.T != 1 ||
-      p.route.E > kRouteMostExperts || p.route.ldo > 32) {
-    return false;
-  }
-  return launch_routed(p);
-}
-
 }  // namespace hibana::cuda::mm
 
 namespace hibana {
 int64_t cuda_one_cta_split_products() {
   return cuda::mm::g_one_cta_products.load(std::memory_order_relaxed);
-}
-int64_t cuda_routed_products() {
-  return cuda::mm::g_routed_products.load(std::memory_order_relaxed);
 }
 }  // namespace hibana

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/moe_impl.h"
 
 namespace hibana::cuda::mm {
 
@@ -57,10 +56,9 @@ struct Params {
   bool routing_ready;
   // Grouped decode launches of one token's pairs (M == x_div, so every group's x row is 0): the
   // activations were written before the previous kernel's wait (two or more launches back, as
-  // the experts' gate/up input is: the router's product and the routing come between, or the
-  // router's product that routes, HIBANA_CUDA_ROUTE_IN_ROUTER), so the kernel may read and split
-  // them before its own wait, before it knows its group. (The same reading of the launch order
-  // as routing_ready's.)
+  // the experts' gate/up input is: the router's product and the routing come between), so the
+  // kernel may read and split them before its own wait, before it knows its group. (The same
+  // reading of the launch order as routing_ready's.)
   bool x_early;
   // Grouped decode launches with x_early (slice_known false otherwise): slice known_slice's
   // matrix and its one row are known on the host (the shared expert folded in as the set's
@@ -94,12 +92,6 @@ struct Params {
   const int32_t* conv_snaps;
   float* conv_out;
   int64_t ldco;
-  // Fused::route (one token's router product: run_gemv_routed), the token's routing and the
-  // grouping of its pairs, by the CTA to finish last (route_counter: a zeroed counter, which
-  // that CTA leaves at zero) from the logits the product wrote (route.logits, in out).
-  RouteArgs route;
-  GroupArgs group;
-  int* route_counter;
   // Tiled kernel with the activations split beforehand (HIBANA_CUDA_TILED_PRESPLIT, null
   // otherwise): x's rows as three planes of bf16 terms (h, m, l: x = h + m + l, split3's),
   // split_plane elements apart, rows ld_split elements long (K rounded up to a stage, zeros
@@ -248,17 +240,6 @@ void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int group
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),
 // streaming the weights through warp-private rings with no barrier in the loop.
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
-
-// One token's router product (p's plain product of one row) with its routing and grouping
-// (Params::route, group, route_counter) in the same launch, where the decode kernel that runs
-// it takes them: a bf16 weight in kRouteSplits splits (gemv_kernel.cuh), up to
-// kRouteMostExperts experts, pairs that fit a warp. Returns false, having launched nothing,
-// otherwise.
-bool run_gemv_routed(Params& p, Elt elt);
-// run_gemv_routed of x · wᵀ into out (one row), the routing a (its logits columns of out) and
-// the grouping g.
-bool run_routed(const Tensor& x, const Weight& w, Tensor out, const RouteArgs& a,
-                const GroupArgs& g);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list), where

@@ -290,10 +290,10 @@ bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared
   return tokens <= kRouteGroupTokens && static_cast<int64_t>(experts.gate.size()) == E;
 }
 
-void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, const Tensor& logits,
-                       int64_t k, bool renormalise, const Tensor& shared_gate,
-                       const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,
-                       const Backend::ResidualNorm* then, const MoeFusions& f) {
+void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                       const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
+                       Tensor weights, Tensor out, const Backend::ResidualNorm* then,
+                       const MoeFusions& f) {
   const int64_t T = x.shape[0];
   check(!f.route || route_group_fits(T, logits, shared_gate, experts), ErrorKind::internal,
         "moe_route_experts: the routing cannot be grouped in its launch");
@@ -301,15 +301,9 @@ void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, co
   check_experts(experts);
   check(ids.is_contiguous(), ErrorKind::internal, "moe_route_experts: ids must be contiguous");
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
-  // The router's product routes one token in its launch where asked and its kernel takes that;
-  // else it runs first and the routing after it.
-  const bool routed = router && f.in_router && f.route && T == 1 &&
-                      router_route_and_group(x, *router->weight, router->scores, logits, k,
-                                             renormalise, shared_gate, ids, weights, groups);
-  if (router && !routed) matmul(x, *router->weight, router->scores);
-  if (!routed && f.route) {
+  if (f.route) {
     route_and_group(logits, k, renormalise, shared_gate, ids, weights, groups);
-  } else if (!routed) {
+  } else {
     moe_route(logits, k, renormalise, shared_gate, ids, weights);
     group_by_expert(ids.ptr<int32_t>(), groups);
   }

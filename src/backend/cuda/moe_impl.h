@@ -29,29 +29,6 @@ struct Grouping {
   Scratch offsets, rows, active;
 };
 
-// One routing launch's arguments (moe_route.cu, route_impl.cuh): T tokens' logits [T, E], ldl
-// apart, their top-k (renormalised or not) into ids and weights.
-struct RouteArgs {
-  const float* logits;
-  int64_t ldl, T, E;
-  int k;
-  bool renormalise;
-  const float* shared_gate;  // [T] logits of the shared expert's gate (ldg apart), or null
-  int64_t ldg;
-  int32_t* ids;  // rows ldo apart: k, or k + 1 with a shared expert
-  float* weights;
-  int64_t ldo;
-  unsigned* keys;  // [T, E] when the keys do not fit in registers (kPer == 0)
-};
-
-// A grouping's arguments: the pairs' expert ids and where Grouping's arrays are.
-struct GroupArgs {
-  const int32_t* ids;
-  int64_t pairs;
-  int E;
-  int32_t *offsets, *rows, *active, *n_active, *tile_start;
-};
-
 // Groups the pairs of ids ([pairs] expert ids, -1 or any id outside [0, E) skipped) into g.
 void group_by_expert(const int32_t* ids, const Grouping& g);
 
@@ -62,13 +39,5 @@ constexpr int64_t kRouteGroupTokens = 32;
 // kRouteGroupTokens tokens: the routing's bits, the grouping's result.
 void route_and_group(const Tensor& logits, int64_t k, bool renormalise, const Tensor& shared_gate,
                      Tensor ids, Tensor weights, const Grouping& g);
-
-// route_and_group of one token after the router's product (scores = x · routerᵀ, logits and
-// shared_gate its columns), in that product's launch (mm::run_routed). Returns false, having
-// launched nothing, where its kernel does not take them.
-bool router_route_and_group(const Tensor& x, const Weight& router, Tensor scores,
-                            const Tensor& logits, int64_t k, bool renormalise,
-                            const Tensor& shared_gate, Tensor ids, Tensor weights,
-                            const Grouping& g);
 
 }  // namespace hibana::cuda

@@ -69,16 +69,13 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
-// in_router: at one token with f.route, the router's product routes it in its own launch
-// where that product's decode kernel takes the routing (mm::run_routed).
 struct MoeFusions {
-  bool route, swiglu, prefetch_down, x_early, shared_early, in_router;
+  bool route, swiglu, prefetch_down, x_early, shared_early;
 };
-// With `router`, the router's product first (routing the token in its launch: f.in_router).
-void moe_route_experts(const Tensor& x, const Backend::RouterProduct* router, const Tensor& logits,
-                       int64_t k, bool renormalise, const Tensor& shared_gate,
-                       const ExpertWeights& experts, Tensor ids, Tensor weights, Tensor out,
-                       const Backend::ResidualNorm* then, const MoeFusions& f);
+void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
+                       const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
+                       Tensor weights, Tensor out, const Backend::ResidualNorm* then,
+                       const MoeFusions& f);
 // Whether route_and_group takes this routing: up to 32 tokens, and an expert set that is the
 // routing's experts (plus the shared one when there is a shared gate).
 bool route_group_fits(int64_t tokens, const Tensor& logits, const Tensor& shared_gate,

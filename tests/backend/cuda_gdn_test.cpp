@@ -31,7 +31,24 @@ struct Prefill {
   std::vector<int32_t> n, p0;
 };
 
-TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
+// One instance a head shape (so that compute-sanitizer's racecheck, which multiplies a kernel's
+// time by hundreds, can take them one at a time: tools/gpu/pending.sh 4): the 80B's heads; key
+// and value dims off multiples of 32 (partial lanes in the q and k norms, a CTA with 16 of its
+// 32 state columns); three value heads a key head.
+class CudaGdnChunked : public CudaGdn, public testing::WithParamInterface<Backend::GdnShape> {};
+
+INSTANTIATE_TEST_SUITE_P(HeadShapes, CudaGdnChunked,
+                         testing::Values(Backend::GdnShape{16, 32, 128, 128},
+                                         Backend::GdnShape{2, 4, 48, 80},
+                                         Backend::GdnShape{1, 3, 64, 96}),
+                         [](const testing::TestParamInfo<Backend::GdnShape>& i) {
+                           const Backend::GdnShape& g = i.param;
+                           return std::to_string(g.key_heads) + "x" +
+                                  std::to_string(g.value_heads) + "Heads" +
+                                  std::to_string(g.key_dim) + "x" + std::to_string(g.value_dim);
+                         });
+
+TEST_P(CudaGdnChunked, FormMatchesTheCpusChunkedForm) {
   // 200 tokens from 37 (27 before two chunks, 45 after), 130 from 0 (two chunks, 2 after), 70
   // from 64 (one chunk, 6 after), 40 from 3 (no chunk), 100 from 0 with a snapshot (none), 2150
   // from 10 (54 before 32 chunks, 48 after): 37 chunks, more than one window of the prepare
@@ -48,95 +65,88 @@ TEST_F(CudaGdn, ChunkedFormMatchesTheCpusChunkedForm) {
   snaps.assign(T, -1);
   snaps[seq_start[4] + 70] = static_cast<int32_t>(S);  // sequence 4's state after 71 tokens
 
-  // The 80B's heads; key and value dims off multiples of 32 (partial lanes in the q and k
-  // norms, a CTA with 16 of its 32 state columns); three value heads a key head.
-  for (const Backend::GdnShape& g :
-       {Backend::GdnShape{16, 32, 128, 128}, Backend::GdnShape{2, 4, 48, 80},
-        Backend::GdnShape{1, 3, 64, 96}}) {
-    SCOPED_TRACE(testing::Message()
-                 << g.value_heads << " heads of " << g.key_dim << " x " << g.value_dim);
-    const int64_t C = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim,
-                  V = g.value_heads * g.value_dim,
-                  per_slot = g.value_heads * g.key_dim * g.value_dim;
-    const std::vector<float> qkv = randn(T * C, 51), b = randn(T * g.value_heads, 52),
-                             a = randn(T * g.value_heads, 53), A_log = randn(g.value_heads, 54),
-                             dt = randn(g.value_heads, 55),
-                             states0 = randn(slots * per_slot, 56, 0.1f);
-    auto layout_on = [&](bool device, GdnMode mode) {
-      BatchLayout l;
-      l.num_tokens = T;
-      l.num_seqs = S;
-      l.gdn_mode = mode;
-      l.positions = ints(positions, device);
-      l.seq_start = ints(seq_start, device);
-      l.state_slot = ints(slot_of, device);
-      l.snapshot_slot = ints(snaps, device);
-      return l;
-    };
-    const Tensor qd = upload(qkv.data(), DType::f32, {T, C}),
-                 bd = upload(b.data(), DType::f32, {T, g.value_heads}),
-                 ad = upload(a.data(), DType::f32, {T, g.value_heads}),
-                 Ad = upload(A_log.data(), DType::f32, {g.value_heads}),
-                 dd = upload(dt.data(), DType::f32, {g.value_heads});
-    // The GPU's output followed by every state slot.
-    auto run_gpu = [&](GdnMode mode, const char* chunked) {
-      ScopedEnv knob("HIBANA_CUDA_GDN_CHUNKED", chunked);
-      Tensor out = device_f32(T, V), st = upload(states0.data(), DType::f32,
-                                                 {slots, g.value_heads, g.key_dim, g.value_dim});
-      gpu->gdn_recurrence(qd, bd, ad, Ad, dd, g, st, layout_on(true, mode), out);
-      std::vector<float> r = download(out), s = download(st);
-      r.insert(r.end(), s.begin(), s.end());
-      return r;
-    };
-    auto run_cpu = [&](GdnMode mode) {
-      std::vector<float> q1 = qkv, b1 = b, a1 = a, A1 = A_log, dt1 = dt, st = states0, r(T * V);
-      cpu->gdn_recurrence(
-          Tensor(q1.data(), DType::f32, {T, C}), Tensor(b1.data(), DType::f32, {T, g.value_heads}),
-          Tensor(a1.data(), DType::f32, {T, g.value_heads}),
-          Tensor(A1.data(), DType::f32, {g.value_heads}),
-          Tensor(dt1.data(), DType::f32, {g.value_heads}), g,
-          Tensor(st.data(), DType::f32, {slots, g.value_heads, g.key_dim, g.value_dim}),
-          layout_on(false, mode), Tensor(r.data(), DType::f32, {T, V}));
-      r.insert(r.end(), st.begin(), st.end());
-      return r;
-    };
-    const std::vector<float> chunked = run_gpu(GdnMode::aligned_chunks, "1"),
-                             cpu_chunked = run_cpu(GdnMode::aligned_chunks),
-                             recurrent = run_gpu(GdnMode::aligned_chunks, "0"),
-                             exact = run_gpu(GdnMode::recurrent, "1");
-    // A layout asking for the recurrent form gets it, switch or not; so does a GPU with the 99
-    // KiB a block of DGX Spark's GB10 (and sm_86/89/120), where the sequential kernel's 138 KiB
-    // do not fit — here by the limit, there always.
-    EXPECT_EQ(exact, recurrent);
-    {
-      ScopedEnv small("HIBANA_CUDA_SMEM_LIMIT", "101376");
-      EXPECT_EQ(run_gpu(GdnMode::aligned_chunks, "1"), recurrent);
-    }
-    // The CPU's chunked form, to rounding (the recurrent form too: the CPU's two forms are 4e-7
-    // apart here).
-    EXPECT_LT(max_abs_diff(chunked, cpu_chunked), 1e-4f);
-    if (cuda_shared_memory_per_block() <= 101376) continue;  // such a GPU: checked above
-    // Elsewhere the chunks ran: the recurrent form differs, but little.
-    const float apart = max_abs_diff(chunked, recurrent);
-    EXPECT_GT(apart, 0.0f) << "the chunked form did not run";
-    EXPECT_LT(apart, 1e-4f);
-    // Sequences 3 (no whole chunk) and 4 (a snapshot) are the recurrent kernel's alone: their
-    // outputs, final states and the snapshot have its bits.
-    auto same_rows = [&](int64_t t0, int64_t t1) {
-      return std::equal(chunked.begin() + t0 * V, chunked.begin() + t1 * V,
-                        recurrent.begin() + t0 * V);
-    };
-    EXPECT_TRUE(same_rows(seq_start[3], seq_start[5]));
-    for (int64_t slot : {int64_t{3}, int64_t{4}, S}) {
-      const int64_t at = T * V + slot * per_slot;
-      EXPECT_TRUE(
-          std::equal(chunked.begin() + at, chunked.begin() + at + per_slot, recurrent.begin() + at))
-          << "slot " << slot;
-    }
-    // Sequence 0's 27 tokens before its chunks too; its chunk tokens are the chunked kernel's.
-    EXPECT_TRUE(same_rows(0, 27));
-    EXPECT_FALSE(same_rows(27, 27 + 128));
+  const Backend::GdnShape g = GetParam();
+  const int64_t C = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim,
+                V = g.value_heads * g.value_dim,
+                per_slot = g.value_heads * g.key_dim * g.value_dim;
+  const std::vector<float> qkv = randn(T * C, 51), b = randn(T * g.value_heads, 52),
+                           a = randn(T * g.value_heads, 53), A_log = randn(g.value_heads, 54),
+                           dt = randn(g.value_heads, 55),
+                           states0 = randn(slots * per_slot, 56, 0.1f);
+  auto layout_on = [&](bool device, GdnMode mode) {
+    BatchLayout l;
+    l.num_tokens = T;
+    l.num_seqs = S;
+    l.gdn_mode = mode;
+    l.positions = ints(positions, device);
+    l.seq_start = ints(seq_start, device);
+    l.state_slot = ints(slot_of, device);
+    l.snapshot_slot = ints(snaps, device);
+    return l;
+  };
+  const Tensor qd = upload(qkv.data(), DType::f32, {T, C}),
+               bd = upload(b.data(), DType::f32, {T, g.value_heads}),
+               ad = upload(a.data(), DType::f32, {T, g.value_heads}),
+               Ad = upload(A_log.data(), DType::f32, {g.value_heads}),
+               dd = upload(dt.data(), DType::f32, {g.value_heads});
+  // The GPU's output followed by every state slot.
+  auto run_gpu = [&](GdnMode mode, const char* chunked) {
+    ScopedEnv knob("HIBANA_CUDA_GDN_CHUNKED", chunked);
+    Tensor out = device_f32(T, V), st = upload(states0.data(), DType::f32,
+                                               {slots, g.value_heads, g.key_dim, g.value_dim});
+    gpu->gdn_recurrence(qd, bd, ad, Ad, dd, g, st, layout_on(true, mode), out);
+    std::vector<float> r = download(out), s = download(st);
+    r.insert(r.end(), s.begin(), s.end());
+    return r;
+  };
+  auto run_cpu = [&](GdnMode mode) {
+    std::vector<float> q1 = qkv, b1 = b, a1 = a, A1 = A_log, dt1 = dt, st = states0, r(T * V);
+    cpu->gdn_recurrence(
+        Tensor(q1.data(), DType::f32, {T, C}), Tensor(b1.data(), DType::f32, {T, g.value_heads}),
+        Tensor(a1.data(), DType::f32, {T, g.value_heads}),
+        Tensor(A1.data(), DType::f32, {g.value_heads}),
+        Tensor(dt1.data(), DType::f32, {g.value_heads}), g,
+        Tensor(st.data(), DType::f32, {slots, g.value_heads, g.key_dim, g.value_dim}),
+        layout_on(false, mode), Tensor(r.data(), DType::f32, {T, V}));
+    r.insert(r.end(), st.begin(), st.end());
+    return r;
+  };
+  const std::vector<float> chunked = run_gpu(GdnMode::aligned_chunks, "1"),
+                           cpu_chunked = run_cpu(GdnMode::aligned_chunks),
+                           recurrent = run_gpu(GdnMode::aligned_chunks, "0"),
+                           exact = run_gpu(GdnMode::recurrent, "1");
+  // A layout asking for the recurrent form gets it, switch or not; so does a GPU with the 99
+  // KiB a block of DGX Spark's GB10 (and sm_86/89/120), where the sequential kernel's 138 KiB
+  // do not fit — here by the limit, there always.
+  EXPECT_EQ(exact, recurrent);
+  {
+    ScopedEnv small("HIBANA_CUDA_SMEM_LIMIT", "101376");
+    EXPECT_EQ(run_gpu(GdnMode::aligned_chunks, "1"), recurrent);
   }
+  // The CPU's chunked form, to rounding (the recurrent form too: the CPU's two forms are 4e-7
+  // apart here).
+  EXPECT_LT(max_abs_diff(chunked, cpu_chunked), 1e-4f);
+  if (cuda_shared_memory_per_block() <= 101376) return;  // such a GPU: checked above
+  // Elsewhere the chunks ran: the recurrent form differs, but little.
+  const float apart = max_abs_diff(chunked, recurrent);
+  EXPECT_GT(apart, 0.0f) << "the chunked form did not run";
+  EXPECT_LT(apart, 1e-4f);
+  // Sequences 3 (no whole chunk) and 4 (a snapshot) are the recurrent kernel's alone: their
+  // outputs, final states and the snapshot have its bits.
+  auto same_rows = [&](int64_t t0, int64_t t1) {
+    return std::equal(chunked.begin() + t0 * V, chunked.begin() + t1 * V,
+                      recurrent.begin() + t0 * V);
+  };
+  EXPECT_TRUE(same_rows(seq_start[3], seq_start[5]));
+  for (int64_t slot : {int64_t{3}, int64_t{4}, S}) {
+    const int64_t at = T * V + slot * per_slot;
+    EXPECT_TRUE(
+        std::equal(chunked.begin() + at, chunked.begin() + at + per_slot, recurrent.begin() + at))
+        << "slot " << slot;
+  }
+  // Sequence 0's 27 tokens before its chunks too; its chunk tokens are the chunked kernel's.
+  EXPECT_TRUE(same_rows(0, 27));
+  EXPECT_FALSE(same_rows(27, 27 + 128));
 }
 
 // The conv over a prefill's tokens in parallel (the default where sequences average 32 tokens)

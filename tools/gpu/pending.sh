@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 4` (racecheck, Nsight Compute of the tiled matmul both
-# ways), `6` and `8` (on an H200: the slices since the seventeenth against a3628f5, the step's
-# timeline and profile), `10` (every CUDA test, the official figures, then the twenty-eighth
+# minutes each: `tools/gpu/pending.sh 4` (racecheck of the chunked DeltaNet), `5` (Nsight
+# Compute of the tiled matmul both ways), `6` and `8` (on an H200: the slices since the
+# seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the official figures, then the twenty-eighth
 # slice's split targets against the old ones: on an H200). The calls already run are in git
 # history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth
 # slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice;
@@ -54,18 +54,23 @@ ncu_stalls() {
   rm -f $r.csv
 }
 
-# racecheck of the chunked DeltaNet (its one test, ChunkedFormMatchesTheCpusChunkedForm, did not
-# finish under racecheck in 250 s on an H100: thirtieth slice; a smaller shape may be needed;
-# the presplit tiled matmul's ran clean there); the matmul's tiled kernel both ways. (op_chain's
-# ring: `pending.sh ring`, no longer asked: the ring loses to the graph however deep,
-# docs/benchmarks.md, eighteenth slice.)
+# racecheck of the chunked DeltaNet, one head shape a run, the smallest first (its test as one
+# did not finish under racecheck in 250 s on an H100: thirtieth slice; the presplit tiled
+# matmul's ran clean there). The 80B's heads last: they may not finish in the time left.
 call4() {
-  timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  for f in 'CudaGdn.Chunked*'; do
-    timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/backend_tests \
-      --gtest_filter="$f" --gtest_brief=1 >"$OUT/racecheck.log" 2>&1
-    echo "racecheck $f: rc=$? $(tail -1 "$OUT/racecheck.log")"
+  [ -x $B/tests/backend_tests ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  local s
+  for s in 1x3Heads64x96:110 2x4Heads48x80:130 16x32Heads128x128:150; do
+    local f="HeadShapes/CudaGdnChunked.FormMatchesTheCpusChunkedForm/${s%%:*}"
+    timeout ${s##*:} compute-sanitizer --tool racecheck --error-exitcode 9 \
+      $B/tests/backend_tests --gtest_filter="$f" --gtest_brief=1 >"$OUT/racecheck_${s%%:*}.log" 2>&1
+    echo "racecheck $f: rc=$? $(grep -E 'RACECHECK SUMMARY|hazard' "$OUT/racecheck_${s%%:*}.log" |
+      head -3 | tr '\n' ' ')$(tail -1 "$OUT/racecheck_${s%%:*}.log")"
   done
+}
+# Nsight Compute of the matmul's tiled kernel with and without pre-split activations.
+call5() {
+  [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
   for v in HIBANA_CUDA_TILED_PRESPLIT=0 ""; do
     (
       [ -z "$v" ] || export "$v"
@@ -91,8 +96,9 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
 
 case "${1:-}" in
   4) call4 ;;
+  5) call5 ;;
   6) call6 ;;
   8) call8 ;;
   10) call10 ;;
-  *) echo "usage: $0 4|6|8|10" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|8|10" >&2; exit 2 ;;
 esac

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 4` (racecheck of the chunked DeltaNet), `5` (Nsight
-# Compute of the tiled matmul both ways), `6` and `8` (on an H200: the slices since the
-# seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the official figures, then the twenty-eighth
-# slice's split targets against the old ones: on an H200). The calls already run are in git
-# history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth
-# slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice;
-# 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d).
+# minutes each: `tools/gpu/pending.sh 4` (compute-sanitizer on the parity and batch-invariance
+# tests), `5` (Nsight Compute of the tiled matmul both ways), `6` and `8` (on an H200: the
+# slices since the seventeenth against a3628f5, the step's timeline and profile), `10` (every
+# CUDA test, the official figures, then the twenty-eighth slice's split targets against the old
+# ones: on an H200). The calls already run are in git history (5675f6a has calls 1-13, 450dc27
+# 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr
+# way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth
+# slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -54,18 +55,28 @@ ncu_stalls() {
   rm -f $r.csv
 }
 
-# racecheck of the chunked DeltaNet, one head shape a run, the smallest first (its test as one
-# did not finish under racecheck in 250 s on an H100: thirtieth slice; the presplit tiled
-# matmul's ran clean there). The 80B's heads last: they may not finish in the time left.
+# sanitize TOOL BINARY FILTER SECONDS: compute-sanitizer's TOOL over the tests FILTER names,
+# under its own timeout (racecheck multiplies a kernel's time by hundreds: give it a few tests a
+# run), its log under $OUT; one line: the exit status, the tests passed and skipped, the summary.
+sanitize() {
+  local log="$OUT/$1_$(echo "$3" | tr -c a-zA-Z0-9_ _ | cut -c1-60).log"
+  timeout "$4" compute-sanitizer --tool "$1" --error-exitcode 9 "$B/tests/$2" --gtest_filter="$3" \
+    >"$log" 2>&1
+  echo "$1 $3: rc=$? ok $(grep -c '^\[       OK \]' "$log") skipped $(grep -c '^\[  SKIPPED \]' \
+    "$log") $(grep -E 'SUMMARY|hazard' "$log" | head -2 | tr '\n' ' ')"
+}
+# compute-sanitizer on what it has not covered (thirty-first slice: racecheck is clean on the
+# chunked DeltaNet's test at every head shape, its kernels filtered at the 80B's, on every
+# golden parity test and on 9 of the batch-invariance tests of qwen3_moe and qwen3_fp8): the
+# goldens under memcheck on this tree (last run in the fifteenth slice), then racecheck on the
+# other batch-invariance tests, a model's a run.
 call4() {
-  [ -x $B/tests/backend_tests ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  local s
-  for s in 1x3Heads64x96:110 2x4Heads48x80:130 16x32Heads128x128:150; do
-    local f="HeadShapes/CudaGdnChunked.FormMatchesTheCpusChunkedForm/${s%%:*}"
-    timeout ${s##*:} compute-sanitizer --tool racecheck --error-exitcode 9 \
-      $B/tests/backend_tests --gtest_filter="$f" --gtest_brief=1 >"$OUT/racecheck_${s%%:*}.log" 2>&1
-    echo "racecheck $f: rc=$? $(grep -E 'RACECHECK SUMMARY|hazard' "$OUT/racecheck_${s%%:*}.log" |
-      head -3 | tr '\n' ' ')$(tail -1 "$OUT/racecheck_${s%%:*}.log")"
+  [ -x $B/tests/model_tests ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
+  sanitize racecheck model_tests 'Fixtures/BatchInvariance.DecodeSteps*/qwen3_fp8_cuda' 60
+  local m
+  for m in qwen3_dense qwen3_next qwen3_5 qwen3_5_moe; do
+    sanitize racecheck model_tests "Fixtures/BatchInvariance.*/${m}_cuda" 90
   done
 }
 # Nsight Compute of the matmul's tiled kernel with and without pre-split activations.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@
 #include "support/scoped_env.h"
 
 namespace hibana {
+
+// How gtest shows a head shape (a test's parameter): key heads x value heads, key x value dims.
+static void PrintTo(const Backend::GdnShape& g, std::ostream* os) {
+  *os << g.key_heads << "x" << g.value_heads << " heads of " << g.key_dim << " x " << g.value_dim;
+}
+
 namespace {
 
 using test::randn;

@@ -1,8 +1,8 @@
 // CUDA attention against the CPU backend: over several KV splits and more splits than the merge
 // kernel takes per round trip, at head_dims with and without a compiled variant, and the promise
 // that a token's output has the same bits whichever kernel served it (decoded alone, in a
-// prefill chunk, with fewer K/V tiles in flight, with shorter splits), and the output gate
-// applied in the merge. Skipped without a GPU.
+// prefill chunk, with fewer K/V tiles in flight, with its first tiles loaded before the wait,
+// with shorter splits), and the output gate applied in the merge. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -171,6 +171,45 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
     EXPECT_TRUE(same_bits(decode_last("1"), base)) << "1 stage";
     EXPECT_TRUE(same_bits(decode_last(nullptr, "2"), base)) << "2 heads a warp";
     EXPECT_TRUE(same_bits(decode_last("2", "2"), base)) << "2 stages, 2 heads a warp";
+  }
+}
+
+// HIBANA_CUDA_ATTENTION_EARLY_KV=1: a split whose keys all precede the pass's new positions
+// loads its first tiles before waiting for the kernel before it (AttnParams::early_kv); the bits
+// do not change. The last token decoded alone (its earlier splits early, its own not) at
+// Qwen3-Next's heads (8 a KV head, head_dim 256), the 8B's (4, 128) and head_dim 100 (the
+// run-time head_dim kernel); the second half of a prefill as a pass of its own at 100 (splits
+// ending by position 300 early, the others waiting), which takes the per-token kernel (no tiled
+// variant).
+TEST_F(CudaAttention, EarlyKeysKeepTheBits) {
+  for (auto [heads, kvh, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {8, 2, 128}, {4, 2, 100}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    const int64_t T = 600, W = heads * hd;
+    OneSequence s(T, 16);
+    const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 7,
+                                               layout_of(s, false, 0, T), layout_of(s, true, 0, T));
+    // Rows [t0, t0 + n) as one pass, early or not; another token's pass first, so that a kernel
+    // leaving part of its partials unwritten gives other bits, not the previous pass's.
+    auto pass = [&](int64_t t0, int64_t n, const char* early) {
+      auto run = [&](int64_t a, int64_t m) {
+        Tensor out = device_f32(m, W);
+        gpu->attention(all.qd.slice_rows(a, a + m), heads, all.kd, all.vd, 0.125f,
+                       layout_of(s, true, a, m), out);
+        return download(out);
+      };
+      run(T - 2, 1);
+      test::ScopedEnv env("HIBANA_CUDA_ATTENTION_EARLY_KV", early);
+      return run(t0, n);
+    };
+    auto rows = [&](int64_t t0, int64_t t1) {
+      return std::vector<float>(all.got.begin() + t0 * W, all.got.begin() + t1 * W);
+    };
+    EXPECT_TRUE(same_bits(pass(T - 1, 1, "1"), rows(T - 1, T))) << "decode, early";
+    EXPECT_TRUE(same_bits(pass(T - 1, 1, "0"), rows(T - 1, T))) << "decode";
+    if (hd == 100) {
+      EXPECT_TRUE(same_bits(pass(300, 300, "1"), rows(300, T))) << "a pass from 300, early";
+    }
   }
 }
 

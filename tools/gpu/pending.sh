@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
 # minutes each: `tools/gpu/pending.sh 4` (compute-sanitizer on the parity and batch-invariance
-# tests), `5` (Nsight Compute of the tiled matmul both ways), `6` and `8` (on an H200: the
-# slices since the seventeenth against a3628f5, the step's timeline and profile), `10` (every
-# CUDA test, the official figures, then the twenty-eighth slice's split targets against the old
-# ones: on an H200). The calls already run are in git history (5675f6a has calls 1-13, 450dc27
-# 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr
-# way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth
-# slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
+# tests), `5` (Nsight Compute of the 80B's decode attention and of the tiled matmul), `7` (the
+# attention's early tiles: tests and timing), `6` and `8` (on an H200: the slices since the
+# seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the
+# official figures, then the twenty-eighth slice's split targets against the old ones: on an
+# H200). The calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19,
+# c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way,
+# ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's
+# 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -100,6 +101,15 @@ call5() {
   done
 }
 
+# The attention's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, compiled only in the
+# thirty-first slice): every CUDA test, the model and engine tests again with it on, then it
+# against the default on both shapes (any one GPU; ratios within the call).
+call7() {
+  timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
+  VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
+    ROUNDS=2 BATCHES=1,8 timeout 260 tools/gpu/check.sh sweep 2>&1 | tail -8
+}
 # The official figures on an H200 (the 80B's batch 32 and 64 need its memory) after every CUDA
 # test, then the split targets by element type against the old ones (264 / 8 tiles: the tree
 # before e1ea06d), and the down projection's early weight stream off (0.957 at batch 1 on the
@@ -116,8 +126,9 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
+  7) call7 ;;
   6) call6 ;;
   8) call8 ;;
   10) call10 ;;
-  *) echo "usage: $0 4|5|6|8|10" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|7|8|10" >&2; exit 2 ;;
 esac

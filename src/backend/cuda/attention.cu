@@ -147,7 +147,9 @@ template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;
   static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
-  pdl_start();
+  // With early_kv the layout (positions, sequences, page table), the pass's input copied
+  // before its first kernel, is read before the wait; q and the pass's own keys never are.
+  if (!p.early_kv) pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -156,6 +158,10 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int begin = split * p.split;
   if (begin > qpos) return;
   const int end = min(qpos + 1, begin + p.split);
+  // Early: every key of the split is older than the pass (AttnParams::early_kv), so its first
+  // tiles load while the kernel before (attention_prep, storing the new keys) still runs.
+  const bool early = p.early_kv && end <= p.pos[p.seq_start[seq]];
+  if (p.early_kv && !early) pdl_start();
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warps * kH;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
@@ -186,7 +192,11 @@ __global__ void attention_split_kernel(AttnParams p) {
     key_rows[i] =
         pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
   }
-  for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
+  // Each warp's heads (read by the warp itself, after the first tile's barrier).
+  auto load_q = [&] {
+    for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
+  };
+  if (!early) load_q();
 
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
@@ -241,6 +251,10 @@ __global__ void attention_split_kernel(AttnParams p) {
   for (int it = 0; it < S - 1; ++it) {
     if (it < ntiles) load_tile(it, it);
     cp_async_commit();
+  }
+  if (early) {
+    pdl_start();
+    load_q();
   }
   for (int it = 0; it < ntiles; ++it) {
     const int j0 = begin + it * kTile;
@@ -512,6 +526,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
+    // HIBANA_CUDA_ATTENTION_EARLY_KV=1: the per-token kernel's early tiles (AttnParams::early_kv;
+    // off by default, not measured yet). Read at every launch.
+    p.early_kv = knob_on("HIBANA_CUDA_ATTENTION_EARLY_KV", false);
     if (qb > 0) {
       tiled_launch(p, block_start->as<int32_t>());
     } else {

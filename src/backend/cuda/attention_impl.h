@@ -38,6 +38,10 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
+  // Per-token kernel: a split whose keys all precede the pass's first new position of its
+  // sequence (so were stored by earlier passes) loads its first tiles before waiting for the
+  // kernel before it (HIBANA_CUDA_ATTENTION_EARLY_KV=1; the same bits).
+  bool early_kv;
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens

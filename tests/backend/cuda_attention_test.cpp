@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -74,12 +76,89 @@ class CudaAttention : public test::CudaFixture {
     return l;
   }
 
+  // Sequences of the given lengths on pages handed out from the top down (each table row padded
+  // with page 0), their tokens at positions 0, 1, ... in order.
+  struct Sequences {
+    int64_t page, max_pages = 0, pages = 0;
+    std::vector<int64_t> lens;
+    std::vector<int32_t> start{0}, table;  // table: [sequences][max_pages]
+    Sequences(std::vector<int64_t> lengths, int64_t page_size)
+        : page(page_size), lens(std::move(lengths)) {
+      for (int64_t n : lens) {
+        max_pages = std::max(max_pages, (n + page - 1) / page);
+        pages += (n + page - 1) / page;
+        start.push_back(static_cast<int32_t>(start.back() + n));
+      }
+      table.assign(lens.size() * max_pages, 0);
+      int32_t next = static_cast<int32_t>(pages);
+      for (size_t s = 0; s < lens.size(); ++s) {
+        for (int64_t p = 0; p < (lens[s] + page - 1) / page; ++p) table[s * max_pages + p] = --next;
+      }
+    }
+    int64_t tokens() const { return start.back(); }
+  };
+  // A pass of token ranges {sequence, first token, count} of b, each range a sequence of the
+  // pass: on the device, or for the CPU backend over vectors the fixture keeps.
+  using Range = std::array<int64_t, 3>;
+  BatchLayout layout_of(const Sequences& b, bool device, const std::vector<Range>& ranges) {
+    std::vector<int32_t> pos, seq, st{0}, table, slot, state, snap;
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      const auto [s, t0, n] = ranges[r];
+      for (int64_t i = t0; i < t0 + n; ++i) {
+        pos.push_back(static_cast<int32_t>(i));
+        seq.push_back(static_cast<int32_t>(r));
+        slot.push_back(static_cast<int32_t>(b.table[s * b.max_pages + i / b.page] * b.page +
+                                            i % b.page));
+        snap.push_back(-1);
+      }
+      st.push_back(static_cast<int32_t>(pos.size()));
+      table.insert(table.end(), b.table.begin() + s * b.max_pages,
+                   b.table.begin() + (s + 1) * b.max_pages);
+      state.push_back(-1);
+    }
+    auto make = [&](std::vector<int32_t>& v) {
+      const int64_t len = static_cast<int64_t>(v.size());
+      if (device) return upload(v.data(), DType::i32, {len});
+      kept_.push_back(std::move(v));
+      return Tensor(kept_.back().data(), DType::i32, {len});
+    };
+    BatchLayout l;
+    l.num_tokens = static_cast<int64_t>(pos.size());
+    l.num_seqs = static_cast<int64_t>(ranges.size());
+    l.page_size = b.page;
+    l.max_pages = b.max_pages;
+    l.positions = make(pos);
+    l.token_seq = make(seq);
+    l.seq_start = make(st);
+    l.page_table = make(table);
+    l.kv_slot = make(slot);
+    l.state_slot = make(state);
+    l.snapshot_slot = make(snap);
+    return l;
+  }
+  // Every token of b, a sequence a range.
+  static std::vector<Range> whole(const Sequences& b) {
+    std::vector<Range> r;
+    for (size_t s = 0; s < b.lens.size(); ++s) r.push_back({static_cast<int64_t>(s), 0, b.lens[s]});
+    return r;
+  }
+  // The rows of x ([b's tokens, width]) that the ranges name, in their order.
+  static std::vector<float> gather(const Sequences& b, const std::vector<float>& x, int64_t width,
+                                   const std::vector<Range>& ranges) {
+    std::vector<float> r;
+    for (const auto& [s, t0, n] : ranges) {
+      const int64_t first = b.start[s] + t0;
+      r.insert(r.end(), x.begin() + first * width, x.begin() + (first + n) * width);
+    }
+    return r;
+  }
+
   // Attention over a whole batch (host and device layouts of the same tokens) on the CPU, the
   // reference, and on the GPU, from random q/k/v seeded from `seed`: the GPU's outputs must be
   // within 1e-5 of the CPU's; its inputs stay for single-token comparisons.
   struct AttentionBatch {
-    Tensor qd, kd, vd;
-    std::vector<float> got;
+    Tensor qd, kd, vd;  // q rows, K and V pages
+    std::vector<float> k, v, got;  // k and v rows (host), the GPU's outputs
   };
   AttentionBatch attention_batch(int64_t heads, int64_t kvh, int64_t hd, int64_t pages,
                                  int64_t page, uint32_t seed, const BatchLayout& host,
@@ -105,11 +184,16 @@ class CudaAttention : public test::CudaFixture {
     gpu->attention(b.qd, heads, b.kd, b.vd, 0.125f, dev, out);
     b.got = download(out);
     EXPECT_LT(max_abs_diff(b.got, ref), 1e-5f);
+    b.k = std::move(k);
+    b.v = std::move(v);
     return b;
   }
   // Returns the last token's output.
   std::vector<float> check_one_sequence(int64_t heads, int64_t kvh, int64_t hd);
   void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
+
+ private:
+  std::deque<std::vector<int32_t>> kept_;  // host layouts' arrays
 };
 
 // A 600-token prefill (5 splits of keys) matches the CPU, and its last token decoded alone
@@ -176,39 +260,56 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
 
 // HIBANA_CUDA_ATTENTION_EARLY_KV=1: a split whose keys all precede the pass's new positions
 // loads its first tiles before waiting for the kernel before it (AttnParams::early_kv); the bits
-// do not change. The last token decoded alone (its earlier splits early, its own not) at
-// Qwen3-Next's heads (8 a KV head, head_dim 256), the 8B's (4, 128) and head_dim 100 (the
-// run-time head_dim kernel); the second half of a prefill as a pass of its own at 100 (splits
-// ending by position 300 early, the others waiting), which takes the per-token kernel (no tiled
-// variant).
+// do not change. Each pass stores its own keys just before it, over garbage, as a layer's prep
+// does (a split taking them early could read the garbage). Decode passes of three sequences'
+// last tokens (the earlier splits early, the token's own not) with 3, 2 and 1 K/V tiles in
+// flight, at Qwen3-Next's heads (8 a KV head, head_dim 256), the 8B's (4, 128) and head_dim 100
+// (the run-time head_dim kernel); and at 100 the second half of a sequence's prefill as a pass
+// of its own (splits ending by position 300 early), which takes the per-token kernel.
 TEST_F(CudaAttention, EarlyKeysKeepTheBits) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {8, 2, 128}, {4, 2, 100}}) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
-    const int64_t T = 600, W = heads * hd;
-    OneSequence s(T, 16);
-    const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 7,
-                                               layout_of(s, false, 0, T), layout_of(s, true, 0, T));
-    // Rows [t0, t0 + n) as one pass, early or not; another token's pass first, so that a kernel
-    // leaving part of its partials unwritten gives other bits, not the previous pass's.
-    auto pass = [&](int64_t t0, int64_t n, const char* early) {
-      auto run = [&](int64_t a, int64_t m) {
-        Tensor out = device_f32(m, W);
-        gpu->attention(all.qd.slice_rows(a, a + m), heads, all.kd, all.vd, 0.125f,
-                       layout_of(s, true, a, m), out);
+    const Sequences b({600, 37, 300}, 16);
+    const int64_t W = heads * hd, KW = kvh * hd;
+    const AttentionBatch all = attention_batch(heads, kvh, hd, b.pages, b.page, 7,
+                                               layout_of(b, false, whole(b)),
+                                               layout_of(b, true, whole(b)));
+    const std::vector<float> garbage = randn(b.tokens() * KW, 8);
+    const Tensor junk = upload(garbage.data(), DType::f32, {b.tokens(), KW});
+    // The pass's keys over garbage, then stored again and attended at once, early or not: its
+    // rows. Another pass first, so that a kernel leaving part of its partials unwritten gives
+    // other bits, not the previous pass's.
+    const std::vector<float> q = download(all.qd);
+    auto pass = [&](const std::vector<Range>& ranges, const char* early) {
+      auto run = [&](const std::vector<Range>& rs) {
+        const BatchLayout l = layout_of(b, true, rs);
+        const int64_t n = l.num_tokens;
+        const std::vector<float> qr = gather(b, q, W, rs), kr = gather(b, all.k, KW, rs),
+                                 vr = gather(b, all.v, KW, rs);
+        const Tensor qd = upload(qr.data(), DType::f32, {n, W}),
+                     kd = upload(kr.data(), DType::f32, {n, KW}),
+                     vd = upload(vr.data(), DType::f32, {n, KW});
+        gpu->store_kv(junk.slice_rows(0, n), junk.slice_rows(0, n), all.kd, all.vd, l);
+        gpu->store_kv(kd, vd, all.kd, all.vd, l);
+        Tensor out = device_f32(n, W);
+        gpu->attention(qd, heads, all.kd, all.vd, 0.125f, l, out);
         return download(out);
       };
-      run(T - 2, 1);
+      run({{1, 35, 1}});
       test::ScopedEnv env("HIBANA_CUDA_ATTENTION_EARLY_KV", early);
-      return run(t0, n);
+      return run(ranges);
     };
-    auto rows = [&](int64_t t0, int64_t t1) {
-      return std::vector<float>(all.got.begin() + t0 * W, all.got.begin() + t1 * W);
-    };
-    EXPECT_TRUE(same_bits(pass(T - 1, 1, "1"), rows(T - 1, T))) << "decode, early";
-    EXPECT_TRUE(same_bits(pass(T - 1, 1, "0"), rows(T - 1, T))) << "decode";
+    auto rows = [&](const std::vector<Range>& ranges) { return gather(b, all.got, W, ranges); };
+    const std::vector<Range> last = {{0, 599, 1}, {1, 36, 1}, {2, 299, 1}};
+    for (const char* stages : {"3", "2", "1"}) {
+      test::ScopedEnv env("HIBANA_CUDA_ATTENTION_STAGES", stages);
+      EXPECT_TRUE(same_bits(pass(last, "1"), rows(last))) << stages << " stages, early";
+      EXPECT_TRUE(same_bits(pass(last, "0"), rows(last))) << stages << " stages";
+    }
     if (hd == 100) {
-      EXPECT_TRUE(same_bits(pass(300, 300, "1"), rows(300, T))) << "a pass from 300, early";
+      EXPECT_TRUE(same_bits(pass({{0, 300, 300}}, "1"), rows({{0, 300, 300}})))
+          << "a pass from 300, early";
     }
   }
 }
@@ -335,63 +436,21 @@ TEST_F(CudaAttention, AttentionTokenBlocksMatchCpuAndEachTokenAlone) {
 }
 
 void CudaAttention::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
-  const int64_t page = 16;
-  const std::vector<int64_t> lens = {13, 1, 300};
-  const int64_t S = static_cast<int64_t>(lens.size());
-  int64_t T = 0, max_pages = 0, pages = 0;
-  for (int64_t n : lens) {
-    T += n;
-    max_pages = std::max(max_pages, (n + page - 1) / page);
-    pages += (n + page - 1) / page;
-  }
-  // Sequence s owns pages handed out from the top down; its table row is padded with page 0.
-  std::vector<int32_t> pos, seq, start = {0}, table(S * max_pages, 0), slot, state(S, -1), snap;
-  int32_t next_page = static_cast<int32_t>(pages);
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t p = 0; p < (lens[s] + page - 1) / page; ++p)
-      table[s * max_pages + p] = --next_page;
-    for (int64_t i = 0; i < lens[s]; ++i) {
-      pos.push_back(static_cast<int32_t>(i));
-      seq.push_back(static_cast<int32_t>(s));
-      slot.push_back(static_cast<int32_t>(table[s * max_pages + i / page] * page + i % page));
-      snap.push_back(-1);
-    }
-    start.push_back(static_cast<int32_t>(pos.size()));
-  }
-  // Tokens [t0, t0 + n) of sequence s alone (device), or the whole batch (host or device).
-  auto layout = [&](bool device, int64_t s, int64_t t0, int64_t n) {
-    BatchLayout l;
-    const bool all = s < 0;
-    l.num_tokens = all ? T : n;
-    l.num_seqs = all ? S : 1;
-    l.page_size = page;
-    l.max_pages = max_pages;
-    auto make = [&](const int32_t* d, int64_t len) {
-      return device ? upload(d, DType::i32, {len})
-                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
-    };
-    static const std::vector<int32_t> zeros(1024, 0);
-    const int64_t first = all ? 0 : start[s] + t0;
-    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
-    l.positions = make(pos.data() + first, l.num_tokens);
-    l.token_seq = all ? make(seq.data(), T) : make(zeros.data(), n);
-    l.seq_start = all ? make(start.data(), S + 1) : upload(st.data(), DType::i32, {2});
-    l.page_table = make(table.data() + (all ? 0 : s * max_pages), (all ? S : 1) * max_pages);
-    l.kv_slot = make(slot.data() + first, l.num_tokens);
-    l.state_slot = make(state.data(), l.num_seqs);
-    l.snapshot_slot = make(snap.data() + first, l.num_tokens);
-    return l;
-  };
-  const AttentionBatch all = attention_batch(heads, kvh, hd, pages, page, 21,
-                                             layout(false, -1, 0, T), layout(true, -1, 0, T));
+  const Sequences b({13, 1, 300}, 16);
+  const AttentionBatch all =
+      attention_batch(heads, kvh, hd, b.pages, b.page, 21, layout_of(b, false, whole(b)),
+                      layout_of(b, true, whole(b)));
   const std::vector<float>& got = all.got;
+  const std::vector<int32_t>& start = b.start;
+  const int64_t S = static_cast<int64_t>(b.lens.size());
+  const std::vector<int64_t>& lens = b.lens;
 
   const int64_t row = heads * hd;
   auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
     Tensor part = device_f32(n, row);
     const int64_t first = start[s] + t0;
     gpu->attention(all.qd.slice_rows(first, first + n), heads, all.kd, all.vd, 0.125f,
-                   layout(true, s, t0, n), part);
+                   layout_of(b, true, {{s, t0, n}}), part);
     std::vector<float> mine = download(part);
     return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
   };

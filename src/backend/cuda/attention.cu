@@ -527,7 +527,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.block_tokens = qb;
     p.partial = partial.as<float>();
     // HIBANA_CUDA_ATTENTION_EARLY_KV=1: the per-token kernel's early tiles (AttnParams::early_kv;
-    // off by default, not measured yet). Read at every launch.
+    // off by default, not measured yet). Read at every launch; a recorded decode graph keeps
+    // the value it was recorded with.
     p.early_kv = knob_on("HIBANA_CUDA_ATTENTION_EARLY_KV", false);
     if (qb > 0) {
       tiled_launch(p, block_start->as<int32_t>());

@@ -40,7 +40,12 @@ struct AttnParams {
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
   // Per-token kernel: a split whose keys all precede the pass's first new position of its
   // sequence (so were stored by earlier passes) loads its first tiles before waiting for the
-  // kernel before it (HIBANA_CUDA_ATTENTION_EARLY_KV=1; the same bits).
+  // kernel before it (HIBANA_CUDA_ATTENTION_EARLY_KV=1; the same bits). Sound while (1) a pass
+  // stores keys only at its own tokens' positions, in pages no other sequence reads at older
+  // positions (the prefix cache shares only full pages filled by earlier passes), (2) the
+  // layout is copied before the pass's first kernel, and (3) the kernel just before attention
+  // (attention_prep or store_kv) waits before it releases the next, so every older kernel is
+  // done when these CTAs start.
   bool early_kv;
 };
 

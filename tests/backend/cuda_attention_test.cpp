@@ -259,13 +259,14 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
 }
 
 // HIBANA_CUDA_ATTENTION_EARLY_KV=1: a split whose keys all precede the pass's new positions
-// loads its first tiles before waiting for the kernel before it (AttnParams::early_kv); the bits
-// do not change. Each pass stores its own keys just before it, over garbage, as a layer's prep
-// does (a split taking them early could read the garbage). Decode passes of three sequences'
-// last tokens (the earlier splits early, the token's own not) with 3, 2 and 1 K/V tiles in
-// flight, at Qwen3-Next's heads (8 a KV head, head_dim 256), the 8B's (4, 128) and head_dim 100
-// (the run-time head_dim kernel); and at 100 the second half of a sequence's prefill as a pass
-// of its own (splits ending by position 300 early), which takes the per-token kernel.
+// loads its first tiles before waiting for the kernel before it (attention.cu's kEarly
+// variants); the bits do not change. Each pass stores its own keys just before it, over
+// garbage, as a layer's prep does (a split taking them early could read the garbage). Decode
+// passes of three sequences' last tokens (the earlier splits early, the token's own not) with
+// 3, 2 and 1 K/V tiles in flight, at Qwen3-Next's heads (8 a KV head, head_dim 256), the 8B's
+// (4, 128) and head_dim 100 (the run-time head_dim kernel); and at 100 the second half of a
+// sequence's prefill as a pass of its own (splits ending by position 300 early), which takes
+// the per-token kernel.
 TEST_F(CudaAttention, EarlyKeysKeepTheBits) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {8, 2, 128}, {4, 2, 100}}) {

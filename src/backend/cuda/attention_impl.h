@@ -14,6 +14,13 @@ namespace hibana::cuda::attn {
 // 2 KV heads leave 64 working CTAs at 4k positions — and changes the merge, hence the bits; the
 // per-token and tiled kernels and the merge all take AttnParams::split).
 constexpr int kSplit = 128;
+// The per-token kernel's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, attention.cu's kEarly):
+// a split whose keys all precede its sequence's first position in the pass copies its first
+// tiles before waiting for the kernel before it. Sound while (1) a pass stores keys only at its
+// own tokens' positions, in pages no other sequence reads at older positions (the prefix cache
+// shares only full pages filled by earlier passes), (2) the layout is copied before the pass's
+// first kernel, and (3) the kernel just before attention (attention_prep or store_kv) waits
+// before it releases the next, so every older kernel is done when the early CTAs start.
 constexpr int kTile = 32;           // keys per shared-memory tile
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 
@@ -38,15 +45,6 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
-  // Per-token kernel: a split whose keys all precede the pass's first new position of its
-  // sequence (so were stored by earlier passes) loads its first tiles before waiting for the
-  // kernel before it (HIBANA_CUDA_ATTENTION_EARLY_KV=1; the same bits). Sound while (1) a pass
-  // stores keys only at its own tokens' positions, in pages no other sequence reads at older
-  // positions (the prefix cache shares only full pages filled by earlier passes), (2) the
-  // layout is copied before the pass's first kernel, and (3) the kernel just before attention
-  // (attention_prep or store_kv) waits before it releases the next, so every older kernel is
-  // done when these CTAs start.
-  bool early_kv;
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens

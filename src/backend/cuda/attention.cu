@@ -142,11 +142,15 @@ __device__ __forceinline__ void key_scores(const float* q, const float* k, float
 // score loop unrolls, the value rows are read as vectors), 0 for any other multiple of 4. kH:
 // 2 for a compiled head_dim and a group of 8 or more (below: each K and V row read from shared
 // memory once for both heads, half the reads; each head's arithmetic unchanged), else 1. (Four
-// heads a warp at head_dim 256, two warps a CTA, measured 0.975, and were not kept.) kEarly: a
-// split whose keys all precede its sequence's first position in the pass (stored by earlier
-// passes) reads the layout and issues its first tiles' copies before the wait
-// (HIBANA_CUDA_ATTENTION_EARLY_KV=1, off by default, not measured yet; attention_impl.h says
-// what it relies on); the kernel without it is the one measured so far, unchanged.
+// heads a warp at head_dim 256, two warps a CTA, measured 0.975, and were not kept.)
+// kEarly (HIBANA_CUDA_ATTENTION_EARLY_KV=1, off by default, not measured yet): every CTA reads
+// the layout before the wait, and one whose keys all precede its sequence's first position in
+// the pass (stored by earlier passes) issues its first tiles' copies before it too. Sound while
+// (1) a pass stores keys only at its own tokens' positions, in pages no other sequence reads at
+// older positions (the prefix cache shares only full pages filled by earlier passes), (2) the
+// layout is copied before the pass's first kernel, and (3) the kernel just before attention
+// (attention_prep or store_kv) waits before it releases the next, so every older kernel is done
+// when these CTAs start. Without kEarly the kernel is the one measured so far.
 template <int S, int HD, int kH = 1, bool kEarly = false>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;

@@ -14,13 +14,6 @@ namespace hibana::cuda::attn {
 // 2 KV heads leave 64 working CTAs at 4k positions — and changes the merge, hence the bits; the
 // per-token and tiled kernels and the merge all take AttnParams::split).
 constexpr int kSplit = 128;
-// The per-token kernel's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, attention.cu's kEarly):
-// a split whose keys all precede its sequence's first position in the pass copies its first
-// tiles before waiting for the kernel before it. Sound while (1) a pass stores keys only at its
-// own tokens' positions, in pages no other sequence reads at older positions (the prefix cache
-// shares only full pages filled by earlier passes), (2) the layout is copied before the pass's
-// first kernel, and (3) the kernel just before attention (attention_prep or store_kv) waits
-// before it releases the next, so every older kernel is done when the early CTAs start.
 constexpr int kTile = 32;           // keys per shared-memory tile
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 

@@ -32,50 +32,6 @@ class CudaAttention : public test::CudaFixture {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
 
-  // One sequence of T positions on scrambled pages: the layout of its tokens [t0, t0 + n).
-  struct OneSequence {
-    int64_t T, page, pages;
-    std::vector<int32_t> pos, seq, start, table, slot, state, snap;
-    OneSequence(int64_t tokens, int64_t page_size)
-        : T(tokens),
-          page(page_size),
-          pages((tokens + page_size - 1) / page_size),
-          pos(T),
-          seq(T, 0),
-          start{0, static_cast<int32_t>(T)},
-          table(pages),
-          slot(T),
-          state{-1},
-          snap(T, -1) {
-      for (int64_t p = 0; p < pages; ++p) table[p] = static_cast<int32_t>(pages - 1 - p);
-      for (int64_t i = 0; i < T; ++i) {
-        pos[i] = static_cast<int32_t>(i);
-        slot[i] = static_cast<int32_t>(table[i / page] * page + i % page);
-      }
-    }
-  };
-  BatchLayout layout_of(OneSequence& s, bool device, int64_t t0, int64_t n) {
-    BatchLayout l;
-    l.num_tokens = n;
-    l.num_seqs = 1;
-    l.page_size = s.page;
-    l.max_pages = s.pages;
-    std::vector<int32_t> st = {0, static_cast<int32_t>(n)};
-    auto make = [&](const int32_t* d, int64_t len) {
-      return device ? upload(d, DType::i32, {len})
-                    : Tensor(const_cast<int32_t*>(d), DType::i32, {len});
-    };
-    l.positions = make(s.pos.data() + t0, n);
-    l.token_seq = make(s.seq.data() + t0, n);
-    l.seq_start =
-        device ? upload(st.data(), DType::i32, {2}) : Tensor(s.start.data(), DType::i32, {2});
-    l.page_table = make(s.table.data(), s.pages);
-    l.kv_slot = make(s.slot.data() + t0, n);
-    l.state_slot = make(s.state.data(), 1);
-    l.snapshot_slot = make(s.snap.data() + t0, n);
-    return l;
-  }
-
   // Sequences of the given lengths on pages handed out from the top down (each table row padded
   // with page 0), their tokens at positions 0, 1, ... in order.
   struct Sequences {
@@ -136,6 +92,10 @@ class CudaAttention : public test::CudaFixture {
     l.snapshot_slot = make(snap);
     return l;
   }
+  // Tokens [t0, t0 + n) of b's first sequence as a pass.
+  BatchLayout layout_of(const Sequences& b, bool device, int64_t t0, int64_t n) {
+    return layout_of(b, device, {{0, t0, n}});
+  }
   // Every token of b, a sequence a range.
   static std::vector<Range> whole(const Sequences& b) {
     std::vector<Range> r;
@@ -158,7 +118,7 @@ class CudaAttention : public test::CudaFixture {
   // within 1e-5 of the CPU's; its inputs stay for single-token comparisons.
   struct AttentionBatch {
     Tensor qd, kd, vd;  // q rows, K and V pages
-    std::vector<float> k, v, got;  // k and v rows (host), the GPU's outputs
+    std::vector<float> q, k, v, got;  // q, k and v rows (host), the GPU's outputs
   };
   AttentionBatch attention_batch(int64_t heads, int64_t kvh, int64_t hd, int64_t pages,
                                  int64_t page, uint32_t seed, const BatchLayout& host,
@@ -184,6 +144,7 @@ class CudaAttention : public test::CudaFixture {
     gpu->attention(b.qd, heads, b.kd, b.vd, 0.125f, dev, out);
     b.got = download(out);
     EXPECT_LT(max_abs_diff(b.got, ref), 1e-5f);
+    b.q = std::move(q);
     b.k = std::move(k);
     b.v = std::move(v);
     return b;
@@ -208,7 +169,7 @@ TEST_F(CudaAttention, AttentionOverSeveralSplitsMatchesCpuAndDecodeMatchesPrefil
 
 std::vector<float> CudaAttention::check_one_sequence(int64_t heads, int64_t kvh, int64_t hd) {
   const int64_t T = 600;
-  OneSequence s(T, 64);
+  const Sequences s({T}, 64);
   const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 1,
                                              layout_of(s, false, 0, T), layout_of(s, true, 0, T));
   // The last token on its own (a decode step) gives the same bits as inside the prefill.
@@ -231,7 +192,7 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
        {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}, {4, 2, 64}}) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
     const int64_t T = 300;
-    OneSequence s(T, 16);
+    const Sequences s({T}, 16);
     const AttentionBatch all = attention_batch(heads, kvh, hd, s.pages, s.page, 3,
                                                layout_of(s, false, 0, T), layout_of(s, true, 0, T));
     auto decode = [&](int64_t t) {
@@ -281,7 +242,7 @@ TEST_F(CudaAttention, EarlyKeysKeepTheBits) {
     const BatchLayout every = layout_of(b, true, whole(b));
     const AttentionBatch all =
         attention_batch(heads, kvh, hd, b.pages, b.page, 7, layout_of(b, false, whole(b)), every);
-    const std::vector<float> garbage = randn(T * KW, 8), q = download(all.qd);
+    const std::vector<float> garbage = randn(T * KW, 8);
     const Tensor junk = upload(garbage.data(), DType::f32, {T, KW}),
                  k_all = upload(all.k.data(), DType::f32, {T, KW}),
                  v_all = upload(all.v.data(), DType::f32, {T, KW});
@@ -292,7 +253,7 @@ TEST_F(CudaAttention, EarlyKeysKeepTheBits) {
       auto run = [&](const std::vector<Range>& rs) {
         const BatchLayout l = layout_of(b, true, rs);
         const int64_t n = l.num_tokens;
-        const std::vector<float> qr = gather(b, q, W, rs);
+        const std::vector<float> qr = gather(b, all.q, W, rs);
         gpu->store_kv(junk.slice_rows(0, n), junk.slice_rows(0, n), all.kd, all.vd, l);
         gpu->store_kv(k_all, v_all, all.kd, all.vd, every);
         Tensor out = device_f32(n, W);
@@ -361,7 +322,7 @@ TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
-    OneSequence s(T, 64);
+    const Sequences s({T}, 64);
     const BatchLayout host = layout_of(s, false, 0, T), dev = layout_of(s, true, 0, T);
     const AttentionBatch b = attention_batch(heads, kvh, hd, s.pages, s.page, 5, host, dev);
     const int64_t W = heads * hd;
@@ -404,7 +365,7 @@ TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
 // chunk alone would overflow the second's scales to infinity), and the output matches the CPU.
 TEST_F(CudaAttention, AttentionOverMoreSplitsThanOneMergeChunkMatchesCpu) {
   const int64_t T = 8401, heads = 2, kvh = 1, hd = 64;
-  OneSequence s(T, 64);
+  const Sequences s({T}, 64);
   auto q = randn(heads * hd, 31), k = randn(T * kvh * hd, 32), v = randn(T * kvh * hd, 33);
   std::copy(q.begin(), q.begin() + hd, q.begin() + hd);  // both heads ask the same
   for (int64_t t = 8320; t < T; ++t) {
@@ -446,22 +407,16 @@ void CudaAttention::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
   const AttentionBatch all =
       attention_batch(heads, kvh, hd, b.pages, b.page, 21, layout_of(b, false, whole(b)),
                       layout_of(b, true, whole(b)));
-  const std::vector<float>& got = all.got;
-  const std::vector<int32_t>& start = b.start;
-  const int64_t S = static_cast<int64_t>(b.lens.size());
-  const std::vector<int64_t>& lens = b.lens;
-
   const int64_t row = heads * hd;
   auto same_as_batch = [&](int64_t s, int64_t t0, int64_t n) {
     Tensor part = device_f32(n, row);
-    const int64_t first = start[s] + t0;
+    const int64_t first = b.start[s] + t0;
     gpu->attention(all.qd.slice_rows(first, first + n), heads, all.kd, all.vd, 0.125f,
                    layout_of(b, true, {{s, t0, n}}), part);
-    std::vector<float> mine = download(part);
-    return std::memcmp(mine.data(), got.data() + first * row, n * row * sizeof(float)) == 0;
+    return same_bits(download(part), gather(b, all.got, row, {{s, t0, n}}));
   };
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t t = 0; t < lens[s]; t += (t % 7 == 0 ? 1 : 5))
+  for (int64_t s = 0; s < static_cast<int64_t>(b.lens.size()); ++s) {
+    for (int64_t t = 0; t < b.lens[s]; t += (t % 7 == 0 ? 1 : 5))
       EXPECT_TRUE(same_as_batch(s, t, 1)) << "sequence " << s << " token " << t << " alone";
   }
   EXPECT_TRUE(same_as_batch(2, 101, 150)) << "a chunk of the long sequence";

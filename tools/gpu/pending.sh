@@ -102,10 +102,11 @@ call5() {
 }
 
 # The attention's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, compiled only in the
-# thirty-first slice): every CUDA test, the model and engine tests again with it on, then it
-# against the default on both shapes (any one GPU; ratios within the call).
+# thirty-first slice): every CUDA test (unless call 10 built and ran them on this machine just
+# before), the model and engine tests again with it on, then it against the default on both
+# shapes (any one GPU; ratios within the call).
 call7() {
-  timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
   KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
   VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
     ROUNDS=2 BATCHES=1,8 timeout 260 tools/gpu/check.sh sweep 2>&1 | tail -8
@@ -123,6 +124,21 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
     BATCHES=1,8 timeout 140 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
+# The fp8 decode matmul taking two scale blocks a stage pair, their chains interleaved
+# (gemv_kernel.cuh's kPairStages, compiled out by default; thirty-seventh slice): against the
+# source as it is on the 80B at batch 1 and 8 (the 8B's bf16 products do not take it), then
+# every CUDA test of the backend and the models with it on (any one GPU).
+call11() {
+  local pair='s/^(constexpr bool kPairStages = )false;/\1true;/'
+  [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  EDITS="orig
+paired $pair" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=3 BATCHES=1,8 \
+    timeout 330 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
+  cp src/backend/cuda/gemv_kernel.cuh $B/pair.orig && sed -i -E "$pair" src/backend/cuda/gemv_kernel.cuh
+  timeout 230 tools/gpu/check.sh build tests 2>&1 | tail -5
+  cp $B/pair.orig src/backend/cuda/gemv_kernel.cuh
+}
+
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
@@ -130,5 +146,6 @@ case "${1:-}" in
   6) call6 ;;
   8) call8 ;;
   10) call10 ;;
-  *) echo "usage: $0 4|5|6|7|8|10" >&2; exit 2 ;;
+  11) call11 ;;
+  *) echo "usage: $0 4|5|6|7|8|10|11" >&2; exit 2 ;;
 esac

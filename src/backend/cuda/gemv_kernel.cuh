@@ -130,6 +130,15 @@ constexpr bool kWideStages = kXShared && E == Elt::fp8 && kRing >= 3 * (2 << 10)
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
 
+// kPairStages (off: compiled out; tools/gpu/pending.sh 11 measures it with edit-sweep): fp8
+// products at 1-2 rows with shared activations take their stages two at a time where a stage is
+// one 128-k scale block, the two blocks' mma and conversion chains interleaved in the warp's
+// instruction stream. A warp's dependent chain is what it waits on (ncu on the 80B's gate/up,
+// twenty-seventh slice: one issue every 3.7 cycles at 1.37 warps a scheduler, 34.5% of the
+// stalls fixed-latency dependencies). Each block's chain still starts from zero and is folded
+// into the row's sum in block order: the same bits.
+constexpr bool kPairStages = false;
+
 // kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
 // once, before the loop (each warp would otherwise split the same activations again); used
 // where that fits in kXSharedMax. Both ways give the same B fragments.
@@ -343,12 +352,16 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   float acc[4], ch[4], cm[4], cl[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc[i] = ch[i] = cm[i] = cl[i] = 0.0f;
+  // Packed: column 4r + s of token r's term s; h + (m + l) takes l from the next lane.
+  auto fold_packed = [&](const float(&c)[4], float(&sum)[4]) {
+    const float l0 = __shfl_down_sync(~0u, c[0], 1), l2 = __shfl_down_sync(~0u, c[2], 1);
+    sum[0] = c[0] + (c[1] + l0);
+    sum[2] = c[2] + (c[3] + l2);
+    sum[1] = sum[3] = 0.0f;
+  };
   auto fold = [&](float(&sum)[4]) {
     if constexpr (kPacked) {
-      const float l0 = __shfl_down_sync(~0u, ch[0], 1), l2 = __shfl_down_sync(~0u, ch[2], 1);
-      sum[0] = ch[0] + (ch[1] + l0);
-      sum[2] = ch[2] + (ch[3] + l2);
-      sum[1] = sum[3] = 0.0f;
+      fold_packed(ch, sum);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i] = ch[i] + (cm[i] + cl[i]);
@@ -358,7 +371,83 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   if constexpr (!kXShared) load_x(0, xnext);
   const uint4* ring_slot = ring;
   unsigned slot = 0;
-  for (int k0 = 0; k0 < span; k0 += kStageK) {
+  // A stage's weights from the ring into registers, then the next copies into the slot the
+  // previous stage read (the loop below does the same, its slot advanced at its end).
+  auto take_stage = [&](uint4(&wa)[U], uint4(&wb)[U]) {
+    cp_async_wait<D - 2>();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      wa[u] = ring_slot[2 * u * 32];
+      wb[u] = ring_slot[(2 * u + 1) * 32];
+    }
+    issue();
+    slot = slot + 1 == D ? 0 : slot + 1;
+    ring_slot = ring + slot * (S::kStageBytes / 16);
+  };
+  // kPairs: stages two at a time where each is one scale block, the two blocks' mma chains
+  // interleaved; each chain starts from zero and is folded into acc in block order, as below.
+  constexpr bool kPairs = kPairStages && E == Elt::fp8 && kPacked && kXShared && kStageK == 128;
+  auto run_pairs = [&] {
+    auto scales_of = [&](int64_t a, int64_t b, bool in, float& sa, float& sb) {
+      sa = in && okA ? scale_entry(p, mat.scale, a) : 0.0f;
+      sb = in && okB ? scale_entry(p, mat.scale, b) : 0.0f;
+    };
+    float next_a, next_b;  // block q + 1's (block q's in scale_a, scale_b)
+    scales_of(sA + 1, sB + 1, kStageK < span, next_a, next_b);
+    for (int k0 = 0; k0 < span; k0 += 2 * kStageK) {
+      const bool two = k0 + kStageK < span;
+      uint4 wa0[U], wb0[U], wa1[U], wb1[U];
+      take_stage(wa0, wb0);
+      if (two) take_stage(wa1, wb1);
+      float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int ck = k0 + u * KC;
+        const bool in0 = ck < span, in1 = two && ck + kStageK < span;  // (warp-uniform)
+        uint32_t b0[2 * MMAS], b1[2 * MMAS];
+#pragma unroll
+        for (int i = 0; i < MMAS / 2; ++i) {
+          const uint4 v0 = has_x && in0 ? xs_lane[ck / 8 + i] : make_uint4(0, 0, 0, 0);
+          const uint4 v1 =
+              has_x && in1 ? xs_lane[(ck + kStageK) / 8 + i] : make_uint4(0, 0, 0, 0);
+          b0[4 * i] = v0.x, b0[4 * i + 1] = v0.y, b0[4 * i + 2] = v0.z, b0[4 * i + 3] = v0.w;
+          b1[4 * i] = v1.x, b1[4 * i + 1] = v1.y, b1[4 * i + 2] = v1.z, b1[4 * i + 3] = v1.w;
+        }
+#pragma unroll
+        for (int j = 0; j < MMAS; ++j) {
+          uint32_t a[4];
+          if (in0) {
+            a_fragment<E>(wa0[u], wb0[u], j, a);
+            mma(c0, a[0], a[1], a[2], a[3], b0[2 * j], b0[2 * j + 1]);
+          }
+          if (in1) {
+            a_fragment<E>(wa1[u], wb1[u], j, a);
+            mma(c1, a[0], a[1], a[2], a[3], b1[2 * j], b1[2 * j + 1]);
+          }
+        }
+      }
+      float sum[4];
+      fold_packed(c0, sum);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? scale_a : scale_b, acc[i]);
+      if (two) {
+        fold_packed(c1, sum);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? next_a : next_b, acc[i]);
+      }
+      sA += 2, sB += 2;
+      scales_of(sA, sB, k0 + 2 * kStageK < span, scale_a, scale_b);
+      scales_of(sA + 1, sB + 1, k0 + 3 * kStageK < span, next_a, next_b);
+    }
+  };
+  int k_loop = 0;  // where the stage-by-stage loop starts: past the span if pairs took it all
+  if constexpr (kPairs) {
+    if (scaled && block_len == kStageK && block_end == kStageK) {
+      k_loop = span;
+      run_pairs();
+    }
+  }
+  for (int k0 = k_loop; k0 < span; k0 += kStageK) {
     cp_async_wait<D - 2>();  // this stage's copies (the lane's own) have landed
     uint4 wa[U], wb[U];
 #pragma unroll

@@ -102,11 +102,15 @@ call5() {
 }
 
 # The attention's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, compiled only in the
-# thirty-first slice): every CUDA test (unless call 10 built and ran them on this machine just
-# before), the model and engine tests again with it on, then it against the default on both
+# thirty-first slice): every CUDA test (unless call 10 or 11 built and ran them on this machine
+# just before), the model and engine tests again with it on, then it against the default on both
 # shapes (any one GPU; ratios within the call).
 call7() {
-  [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  if [ -x $B/hibana ]; then  # (incremental: call 11 leaves a build of its edit)
+    timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  else
+    timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  fi
   KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
   VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
     ROUNDS=2 BATCHES=1,8 timeout 260 tools/gpu/check.sh sweep 2>&1 | tail -8

@@ -410,8 +410,12 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
           const uint4 v0 = has_x && in0 ? xs_lane[ck / 8 + i] : make_uint4(0, 0, 0, 0);
           const uint4 v1 =
               has_x && in1 ? xs_lane[(ck + kStageK) / 8 + i] : make_uint4(0, 0, 0, 0);
-          b0[4 * i] = v0.x, b0[4 * i + 1] = v0.y, b0[4 * i + 2] = v0.z, b0[4 * i + 3] = v0.w;
-          b1[4 * i] = v1.x, b1[4 * i + 1] = v1.y, b1[4 * i + 2] = v1.z, b1[4 * i + 3] = v1.w;
+          const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            b0[4 * i + e] = w0[e];
+            b1[4 * i + e] = w1[e];
+          }
         }
 #pragma unroll
         for (int j = 0; j < MMAS; ++j) {
@@ -435,7 +439,8 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? next_a : next_b, acc[i]);
       }
-      sA += 2, sB += 2;
+      sA += 2;
+      sB += 2;
       scales_of(sA, sB, k0 + 2 * kStageK < span, scale_a, scale_b);
       scales_of(sA + 1, sB + 1, k0 + 3 * kStageK < span, next_a, next_b);
     }

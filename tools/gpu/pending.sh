@@ -5,8 +5,9 @@
 # attention's early tiles: tests and timing), `6` and `8` (on an H200: the slices since the
 # seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the
 # official figures, then the twenty-eighth slice's split targets against the old ones: on an
-# H200). The calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19,
-# c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way,
+# H200), `11` and `12` (the fp8 decode matmul's scale blocks two at a time: timing, then the
+# tests with it on). The calls already run are in git history (5675f6a has calls 1-13, 450dc27
+# 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way,
 # ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's
 # 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
@@ -102,11 +103,11 @@ call5() {
 }
 
 # The attention's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, compiled only in the
-# thirty-first slice): every CUDA test (unless call 10 or 11 built and ran them on this machine
+# thirty-first slice): every CUDA test (unless call 10 or 12 built and ran them on this machine
 # just before), the model and engine tests again with it on, then it against the default on both
 # shapes (any one GPU; ratios within the call).
 call7() {
-  if [ -x $B/hibana ]; then  # (incremental: call 11 leaves a build of its edit)
+  if [ -x $B/hibana ]; then  # (incremental: call 12 leaves a build of its edit)
     timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
   else
     timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
@@ -129,17 +130,21 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
 }
 
 # The fp8 decode matmul taking two scale blocks a stage pair, their chains interleaved
-# (gemv_kernel.cuh's kPairStages, compiled out by default; thirty-seventh slice): against the
-# source as it is on the 80B at batch 1 and 8 (the 8B's bf16 products do not take it), then
-# every CUDA test of the backend and the models with it on (any one GPU).
+# (gemv_kernel.cuh's kPairStages, compiled out by default; thirty-second slice): against the
+# source as it is on the 80B at batch 1 and 8 (the 8B's bf16 products do not take it); then
+# (12) every CUDA test with it on (any one GPU; each under ten minutes on a fresh machine).
+PAIR='s/^(constexpr bool kPairStages = )false;/\1true;/'
 call11() {
-  local pair='s/^(constexpr bool kPairStages = )false;/\1true;/'
-  [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
+  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
   EDITS="orig
-paired $pair" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=3 BATCHES=1,8 \
+paired $PAIR" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
     timeout 330 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
-  cp src/backend/cuda/gemv_kernel.cuh $B/pair.orig && sed -i -E "$pair" src/backend/cuda/gemv_kernel.cuh
-  timeout 230 tools/gpu/check.sh build tests 2>&1 | tail -5
+}
+call12() {
+  cp src/backend/cuda/gemv_kernel.cuh $B/pair.orig && sed -i -E "$PAIR" src/backend/cuda/gemv_kernel.cuh
+  grep -q "kPairStages = true" src/backend/cuda/gemv_kernel.cuh && echo "kPairStages on"
+  timeout 280 tools/gpu/check.sh build 2>&1 | tail -2
+  timeout 280 tools/gpu/check.sh tests 2>&1 | tail -5
   cp $B/pair.orig src/backend/cuda/gemv_kernel.cuh
 }
 
@@ -151,5 +156,6 @@ case "${1:-}" in
   8) call8 ;;
   10) call10 ;;
   11) call11 ;;
-  *) echo "usage: $0 4|5|6|7|8|10|11" >&2; exit 2 ;;
+  12) call12 ;;
+  *) echo "usage: $0 4|5|6|7|8|10|11|12" >&2; exit 2 ;;
 esac

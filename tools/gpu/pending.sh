@@ -141,11 +141,12 @@ paired $PAIR" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
     timeout 330 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
 }
 call12() {
-  cp src/backend/cuda/gemv_kernel.cuh $B/pair.orig && sed -i -E "$PAIR" src/backend/cuda/gemv_kernel.cuh
-  grep -q "kPairStages = true" src/backend/cuda/gemv_kernel.cuh && echo "kPairStages on"
+  local f=src/backend/cuda/gemv_kernel.cuh
+  cp $f $B/pair.orig && sed -i -E "$PAIR" $f
+  grep -q "kPairStages = true" $f && echo "kPairStages on"
   timeout 280 tools/gpu/check.sh build 2>&1 | tail -2
   timeout 280 tools/gpu/check.sh tests 2>&1 | tail -5
-  cp $B/pair.orig src/backend/cuda/gemv_kernel.cuh
+  cp $B/pair.orig $f
 }
 
 case "${1:-}" in

@@ -134,11 +134,12 @@ call10() {  # (its own timeouts: under the ten minutes of a call in all)
 # source as it is on the 80B at batch 1 and 8 (the 8B's bf16 products do not take it); then
 # (12) every CUDA test with it on (any one GPU; each under ten minutes on a fresh machine).
 PAIR='s/^(constexpr bool kPairStages = )false;/\1true;/'
-call11() {
-  [ -x $B/hibana ] || timeout 240 tools/gpu/check.sh build 2>&1 | tail -2
+call11() {  # (configured only: edit-sweep builds hibana alone, each variant)
+  [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DHIBANA_BENCH=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/configure.log" 2>&1
   EDITS="orig
 paired $PAIR" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
-    timeout 330 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
+    timeout 480 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
 }
 call12() {
   local f=src/backend/cuda/gemv_kernel.cuh

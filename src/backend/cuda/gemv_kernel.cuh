@@ -341,9 +341,10 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   }
   // The current block's scales, loaded a block ahead (a load at the fold stalled it: ncu).
   float scale_a = 0.0f, scale_b = 0.0f;
+  auto scale_at = [&](int64_t i, bool ok) { return ok ? scale_entry(p, mat.scale, i) : 0.0f; };
   auto load_scales = [&](int64_t a, int64_t b) {
-    scale_a = okA ? scale_entry(p, mat.scale, a) : 0.0f;
-    scale_b = okB ? scale_entry(p, mat.scale, b) : 0.0f;
+    scale_a = scale_at(a, okA);
+    scale_b = scale_at(b, okB);
   };
   if (scaled) load_scales(sA, sB);
 
@@ -359,6 +360,11 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
     sum[2] = c[2] + (c[3] + l2);
     sum[1] = sum[3] = 0.0f;
   };
+  // A block's folded sum into the row's, scaled (sa: rows g, sb: rows g + 8).
+  auto add_block = [&](const float(&sum)[4], float sa, float sb) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? sa : sb, acc[i]);
+  };
   auto fold = [&](float(&sum)[4]) {
     if constexpr (kPacked) {
       fold_packed(ch, sum);
@@ -371,8 +377,25 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   if constexpr (!kXShared) load_x(0, xnext);
   const uint4* ring_slot = ring;
   unsigned slot = 0;
-  // A stage's weights from the ring into registers, then the next copies into the slot the
-  // previous stage read (the loop below does the same, its slot advanced at its end).
+  // kPairs' helpers. The stage-by-stage loop below does the same in its own lines: calling
+  // these there changes the SASS of 62 of this file's 141 kernels (their cubin .text sections
+  // compared), and those are the kernels measured so far. Once kPairStages is decided on a
+  // GPU, the loop should call them (or the pairs go).
+  // Term s's B fragments of a chunk (src: its shared activations) zero where the lane supplies
+  // no column: positions (2t, 2t+1) of product j take x elements 4j, 4j+1 of the lane's group,
+  // (2t+8, 2t+9) elements 4j+2, 4j+3 — the weights' permutation.
+  auto shared_b = [&](const uint4* src, int s, uint32_t(&b)[2 * MMAS]) {
+#pragma unroll
+    for (int i = 0; i < MMAS / 2; ++i) {
+      const uint4 v = has_x ? src[s * pitch / 4 + i] : make_uint4(0, 0, 0, 0);
+      b[4 * i] = v.x;
+      b[4 * i + 1] = v.y;
+      b[4 * i + 2] = v.z;
+      b[4 * i + 3] = v.w;
+    }
+  };
+  // A stage's weights from the ring into registers (the lane's own copies: no barrier), then
+  // the next copies into the slot the previous stage read, whose values are in registers.
   auto take_stage = [&](uint4(&wa)[U], uint4(&wb)[U]) {
     cp_async_wait<D - 2>();
 #pragma unroll
@@ -388,12 +411,12 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   // interleaved; each chain starts from zero and is folded into acc in block order, as below.
   constexpr bool kPairs = kPairStages && E == Elt::fp8 && kPacked && kXShared && kStageK == 128;
   auto run_pairs = [&] {
-    auto scales_of = [&](int64_t a, int64_t b, bool in, float& sa, float& sb) {
-      sa = in && okA ? scale_entry(p, mat.scale, a) : 0.0f;
-      sb = in && okB ? scale_entry(p, mat.scale, b) : 0.0f;
+    float next_a = 0.0f, next_b = 0.0f;  // block q + 1's (block q's in scale_a, scale_b)
+    auto load_next = [&] {
+      next_a = scale_at(sA + 1, okA);
+      next_b = scale_at(sB + 1, okB);
     };
-    float next_a, next_b;  // block q + 1's (block q's in scale_a, scale_b)
-    scales_of(sA + 1, sB + 1, kStageK < span, next_a, next_b);
+    if (kStageK < span) load_next();
     for (int k0 = 0; k0 < span; k0 += 2 * kStageK) {
       const bool two = k0 + kStageK < span;
       uint4 wa0[U], wb0[U], wa1[U], wb1[U];
@@ -405,18 +428,8 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
         const int ck = k0 + u * KC;
         const bool in0 = ck < span, in1 = two && ck + kStageK < span;  // (warp-uniform)
         uint32_t b0[2 * MMAS], b1[2 * MMAS];
-#pragma unroll
-        for (int i = 0; i < MMAS / 2; ++i) {
-          const uint4 v0 = has_x && in0 ? xs_lane[ck / 8 + i] : make_uint4(0, 0, 0, 0);
-          const uint4 v1 =
-              has_x && in1 ? xs_lane[(ck + kStageK) / 8 + i] : make_uint4(0, 0, 0, 0);
-          const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            b0[4 * i + e] = w0[e];
-            b1[4 * i + e] = w1[e];
-          }
-        }
+        if (in0) shared_b(xs_lane + ck / 8, 0, b0);  // (2 words per 4 k)
+        if (in1) shared_b(xs_lane + (ck + kStageK) / 8, 0, b1);
 #pragma unroll
         for (int j = 0; j < MMAS; ++j) {
           uint32_t a[4];
@@ -432,17 +445,15 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
       }
       float sum[4];
       fold_packed(c0, sum);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? scale_a : scale_b, acc[i]);
+      add_block(sum, scale_a, scale_b);
       if (two) {
         fold_packed(c1, sum);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? next_a : next_b, acc[i]);
+        add_block(sum, next_a, next_b);
       }
       sA += 2;
       sB += 2;
-      scales_of(sA, sB, k0 + 2 * kStageK < span, scale_a, scale_b);
-      scales_of(sA + 1, sB + 1, k0 + 3 * kStageK < span, next_a, next_b);
+      if (k0 + 2 * kStageK < span) load_scales(sA, sB);  // (the blocks of the next pair)
+      if (k0 + 3 * kStageK < span) load_next();
     }
   };
   int k_loop = 0;  // where the stage-by-stage loop starts: past the span if pairs took it all
@@ -471,8 +482,7 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
     for (int u = 0; u < U; ++u) {
       const int ck = k0 + u * KC;
       if (ck >= span) break;  // the same for the whole warp
-      // B fragments, per term: positions (2t, 2t+1) of product j take x elements 4j, 4j+1 of
-      // the lane's group, (2t+8, 2t+9) elements 4j+2, 4j+3 — the weights' permutation.
+      // B fragments, per term (shared_b's places).
       uint32_t bx[kTerms][2 * MMAS];
       if constexpr (kXShared) {
         const uint4* src = xs_lane + ck / 8;  // 2 words per 4 k
@@ -516,11 +526,9 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
         if (block_end - block_len < span) load_scales(++sA, ++sB);  // the next block's
         float sum[4];
         fold(sum);
+        add_block(sum, sa, sb);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[i] = fmaf(sum[i], i < 2 ? sa : sb, acc[i]);
-          ch[i] = cm[i] = cl[i] = 0.0f;
-        }
+        for (int i = 0; i < 4; ++i) ch[i] = cm[i] = cl[i] = 0.0f;
       }
     }
     slot = slot + 1 == D ? 0 : slot + 1;

@@ -7,7 +7,8 @@
 # per decode shape), chain (tools/gpu/op_chain.cu: a chain of dependent products as a graph of
 # kernels or one persistent kernel), chain-sweep (the same with the weight bytes in flight per SM
 # swept: TILES, CAPS), ring-sweep (the fp8 decode matmul's weight ring per warp: RINGS), edit-sweep
-# (sed-edited builds of a source: EDITS, FILE), floor (tools/gpu/launch_floor.cu: per-kernel floor
+# (sed-edited builds of a source: EDITS, FILE), bins (carried prebuilt binaries, alternately:
+# BINS), floor (tools/gpu/launch_floor.cu: per-kernel floor
 # of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the decode
 # matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the
 # decode matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
@@ -391,6 +392,27 @@ stage_edit_sweep() {
   ab_summary
 }
 
+# Binaries built elsewhere (tools/gpu/prebuild.sh on a machine without a GPU: no build time
+# here) benchmarked alternately: BINS="LABEL=PATH ..." (the first is the reference), ROUNDS
+# rounds on the CONFIGS. Fails at once, saying why, where one of them does not start here.
+stage_bins() {
+  local b
+  : "${BINS:?BINS=\"LABEL=PATH ...\"}"
+  for b in $BINS; do
+    "${b#*=}" --version >/dev/null 2>&1 && continue
+    echo "${b#*=} does not run here:"
+    "${b#*=}" --version 2>&1 | head -3
+    return 1
+  done
+  rm -f "$OUT/ab.txt" "$OUT/ab_failed.txt"
+  configs | while read -r cfg dt; do
+    for _ in $(seq 1 ${ROUNDS:-2}); do
+      for b in $BINS; do bench_tagged "${b%%=*}" "${b#*=}" "$cfg" "$dt" >/dev/null; done
+    done
+  done
+  ab_summary
+}
+
 # The fp8 decode matmul's weight ring per warp (RINGS, KiB: 4 and 5 take 1 KiB stages, 6 and up
 # 2 KiB ones, 3 stages at least; `orig`: the source's). docs/benchmarks.md, eighteenth slice:
 # 6 KiB beat 12 and 16 on the 80B.
@@ -526,6 +548,7 @@ for s in "$@"; do
     chain-sweep) stage_chain_sweep ;;
     ring-sweep) stage_ring_sweep ;;
     edit-sweep) stage_edit_sweep ;;
+    bins) stage_bins || status=1 ;;
     kernel) stage_kernel ;;
     source) stage_source ;;
     sweep) stage_sweep ;;

@@ -6,11 +6,11 @@
 # seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the
 # official figures, then the twenty-eighth slice's split targets against the old ones: on an
 # H200), `11` and `12` (the fp8 decode matmul's scale blocks two at a time: timing, then the
-# tests with it on), `13` (11 from binaries built here by tools/gpu/prebuild.sh, then 7's
-# sweep). The calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19,
-# c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way,
-# ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's
-# 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
+# tests with it on), `13` and `14` (11 and 12, then 7, from binaries built here by
+# tools/gpu/prebuild.sh). The calls already run are in git history (5675f6a has calls 1-13,
+# 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's
+# graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the
+# thirtieth slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -151,18 +151,37 @@ call12() {
   cp $B/pair.orig $f
 }
 
-# Call 11 without building there: kPairStages against the source as it is from binaries
-# built here (tools/gpu/prebuild.sh with call 11's EDITS; carry .prebuilt and .devdeps), three
-# rounds; then the attention's early tiles (call 7's sweep, not its tests) on the carried
-# default binary. Falls back to call 11 where the carried binaries do not start.
+# Binaries built here (tools/gpu/prebuild.sh; carry .prebuilt and .devdeps): each
+# .prebuilt/LABEL.tar.xz into .prebuilt/LABEL/, and this copy of the tree linked where the
+# test binaries look for their fixtures (the path of the checkout that built them).
+unpack_prebuilt() {
+  local t src
+  for t in .prebuilt/*.tar.xz; do
+    mkdir -p "${t%.tar.xz}" && tar -xJf "$t" -C "${t%.tar.xz}" || return 1
+  done
+  src=$(cat .prebuilt/SOURCE_DIR)
+  [ "$src" = "$PWD" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
+}
+# Calls 11 and 12 without building there: kPairStages against the source as it is, then every
+# CUDA test with it on, from builds made here (TESTS=1 and call 11's EDITS). Falls back to call
+# 11 where the carried binaries do not start.
 call13() {
-  BINS="orig=.prebuilt/hibana_orig paired=.prebuilt/hibana_paired" CONFIGS=qwen3-next-80b-a3b:fp8 \
-    ROUNDS=3 BATCHES=1,8 timeout 330 tools/gpu/check.sh bins 2>&1 | tail -8
+  unpack_prebuilt || return 1
+  BINS="orig=.prebuilt/orig/hibana paired=.prebuilt/paired/hibana" \
+    CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 270 tools/gpu/check.sh bins 2>&1 |
+    tail -8
   [ "${PIPESTATUS[0]}" -eq 0 ] || { call11; return; }
-  mkdir -p $B && cp .prebuilt/hibana_orig $B/hibana
+  mkdir -p $B/tests && cp .prebuilt/paired/tests/* $B/tests/ && echo "tests: kPairStages on"
+  timeout 290 tools/gpu/check.sh tests 2>&1 | tail -5
+}
+# Call 7 on the carried default build (prebuild.sh's orig, TESTS=1): the model and engine tests
+# with the attention's early tiles on, then their timing against the default.
+call14() {
+  unpack_prebuilt || return 1
+  mkdir -p $B/tests && cp .prebuilt/orig/hibana $B/ && cp .prebuilt/orig/tests/* $B/tests/
+  KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 200 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
   VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
-    ROUNDS=2 BATCHES=1,8 timeout 220 tools/gpu/check.sh sweep 2>&1 | tail -8
-  rm -f $B/hibana  # (not this tree's build: call 7 and the others build their own)
+    ROUNDS=2 BATCHES=1,8 timeout 300 tools/gpu/check.sh sweep 2>&1 | tail -8
 }
 
 case "${1:-}" in
@@ -175,5 +194,6 @@ case "${1:-}" in
   11) call11 ;;
   12) call12 ;;
   13) call13 ;;
-  *) echo "usage: $0 4|5|6|7|8|10|11|12|13" >&2; exit 2 ;;
+  14) call14 ;;
+  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14" >&2; exit 2 ;;
 esac

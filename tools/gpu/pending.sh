@@ -6,7 +6,7 @@
 # seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the
 # official figures, then the twenty-eighth slice's split targets against the old ones: on an
 # H200), `11` and `12` (the fp8 decode matmul's scale blocks two at a time: timing, then the
-# tests with it on), `13` and `14` (11 and 12, then 7, from binaries built here by
+# tests with it on), `13`, `14` and `15` (11 and 12, 7, 10, from binaries built here by
 # tools/gpu/prebuild.sh). The calls already run are in git history (5675f6a has calls 1-13,
 # 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's
 # graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the
@@ -123,6 +123,9 @@ call7() {
 # H100, twenty-ninth slice).
 call10() {  # (its own timeouts: under the ten minutes of a call in all)
   timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
+  figures10
+}
+figures10() {
   BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
   BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
   local old="HIBANA_CUDA_SPLIT_TILES=264 HIBANA_CUDA_GROUPED_SPLIT_TILES=8"
@@ -162,6 +165,11 @@ unpack_prebuilt() {
   src=$(cat .prebuilt/SOURCE_DIR)
   [ "$src" = "$PWD" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
 }
+# use_prebuilt LABEL: its hibana and tests in $B, where the stages look for them (unpacked once).
+use_prebuilt() {
+  [ -d .prebuilt/$1 ] || unpack_prebuilt || return 1
+  mkdir -p $B/tests && cp .prebuilt/$1/hibana $B/ && cp .prebuilt/$1/tests/* $B/tests/
+}
 # Calls 11 and 12 without building there: kPairStages against the source as it is, then every
 # CUDA test with it on, from builds made here (TESTS=1 and call 11's EDITS). Falls back to call
 # 11 where the carried binaries do not start.
@@ -171,17 +179,22 @@ call13() {
     CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 270 tools/gpu/check.sh bins 2>&1 |
     tail -8
   [ "${PIPESTATUS[0]}" -eq 0 ] || { call11; return; }
-  mkdir -p $B/tests && cp .prebuilt/paired/tests/* $B/tests/ && echo "tests: kPairStages on"
+  use_prebuilt paired && echo "tests: kPairStages on"
   timeout 290 tools/gpu/check.sh tests 2>&1 | tail -5
 }
 # Call 7 on the carried default build (prebuild.sh's orig, TESTS=1): the model and engine tests
 # with the attention's early tiles on, then their timing against the default.
 call14() {
-  unpack_prebuilt || return 1
-  mkdir -p $B/tests && cp .prebuilt/orig/hibana $B/ && cp .prebuilt/orig/tests/* $B/tests/
+  use_prebuilt orig || return 1
   KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 200 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
   VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
     ROUNDS=2 BATCHES=1,8 timeout 300 tools/gpu/check.sh sweep 2>&1 | tail -8
+}
+# Call 10 on the carried default build (on an H200).
+call15() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  figures10
 }
 
 case "${1:-}" in
@@ -195,5 +208,6 @@ case "${1:-}" in
   12) call12 ;;
   13) call13 ;;
   14) call14 ;;
-  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14" >&2; exit 2 ;;
+  15) call15 ;;
+  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14|15" >&2; exit 2 ;;
 esac

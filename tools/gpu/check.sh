@@ -8,7 +8,8 @@
 # kernels or one persistent kernel), chain-sweep (the same with the weight bytes in flight per SM
 # swept: TILES, CAPS), ring-sweep (the fp8 decode matmul's weight ring per warp: RINGS), edit-sweep
 # (sed-edited builds of a source: EDITS, FILE), bins (carried prebuilt binaries, alternately:
-# BINS), floor (tools/gpu/launch_floor.cu: per-kernel floor
+# BINS), cublas (tools/gpu/cublas_gemm.cu: prefill products by cuBLASLt beside hibana's tiled
+# kernel), floor (tools/gpu/launch_floor.cu: per-kernel floor
 # of empty and bare-read kernels in a graph), stream (tools/gpu/weight_stream.cu: the decode
 # matmul's weight reads alone, two layouts and random bytes), alone (tools/gpu/gemv_alone.cu: the
 # decode matmul outside hibana beside the weight stream, VARIANTS of it; DTYPE=fp8 for the 80B's
@@ -214,6 +215,20 @@ stage_profile() {
 stage_floor() {
   nvcc -O3 -std=c++17 -arch=sm_90 -o $B/launch_floor tools/gpu/launch_floor.cu &&
     timeout 120 $B/launch_floor 2>&1 | tee "$OUT/launch_floor.log"
+}
+
+# The prefill products by cuBLASLt (tools/gpu/cublas_gemm.cu) beside hibana's tiled kernel at
+# the same shapes and PREFILL_M rows (8192): the 8B's in bf16, the 80B's DeltaNet projections
+# in fp8 (hibana's with 128-block scales, cuBLASLt's per tensor).
+stage_cublas() {
+  local m=${PREFILL_M:-8192}
+  mkdir -p $B && nvcc -O3 -std=c++17 -arch=sm_90 -o $B/cublas_gemm tools/gpu/cublas_gemm.cu \
+    -lcublasLt || return 1
+  timeout 120 $B/cublas_gemm $m 2>&1 | tee "$OUT/cublas_gemm.log"
+  timeout 200 $B/hibana bench matmul --device cuda --dtype bf16 --batch $m --reps 5 \
+    --shapes 6144x4096,4096x4096,24576x4096,4096x12288 2>&1 | tee "$OUT/tiled_bf16.log"
+  timeout 100 $B/hibana bench matmul --device cuda --dtype fp8 --batch $m --reps 5 \
+    --shapes 12352x2048,2048x4096 2>&1 | tee "$OUT/tiled_fp8.log"
 }
 
 # The prefix cache's tiers on the GPU (issue #5's benchmark): a returning 32k-token
@@ -542,6 +557,7 @@ for s in "$@"; do
     timeline-ab) stage_timeline_ab ;;
     matmul) stage_matmul ;;
     floor) stage_floor ;;
+    cublas) stage_cublas ;;
     stream) stage_stream ;;
     alone) stage_alone ;;
     chain) stage_chain ;;

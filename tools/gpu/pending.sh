@@ -7,7 +7,7 @@
 # official figures, then the twenty-eighth slice's split targets against the old ones: on an
 # H200), `11` and `12` (the fp8 decode matmul's scale blocks two at a time: timing, then the
 # tests with it on), `13`, `14` and `15` (11 and 12, 7, 10, from binaries built here by
-# tools/gpu/prebuild.sh). The calls already run are in git history (5675f6a has calls 1-13,
+# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel). The calls already run are in git history (5675f6a has calls 1-13,
 # 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's
 # graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the
 # thirtieth slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
@@ -196,6 +196,11 @@ call15() {
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
   figures10
 }
+# The prefill products by cuBLASLt against the tiled kernel (the carried default build).
+call16() {
+  use_prebuilt orig || return 1
+  timeout 300 tools/gpu/check.sh cublas 2>&1 | grep -vE "^\s*$"
+}
 
 case "${1:-}" in
   4) call4 ;;
@@ -209,5 +214,6 @@ case "${1:-}" in
   13) call13 ;;
   14) call14 ;;
   15) call15 ;;
-  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14|15" >&2; exit 2 ;;
+  16) call16 ;;
+  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14|15|16" >&2; exit 2 ;;
 esac

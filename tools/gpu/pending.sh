@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 4` (compute-sanitizer on the parity and batch-invariance
-# tests), `5` (Nsight Compute of the 80B's decode attention and of the tiled matmul), `7` (the
-# attention's early tiles: tests and timing), `6` and `8` (on an H200: the slices since the
-# seventeenth against a3628f5, the step's timeline and profile), `10` (every CUDA test, the
-# official figures, then the twenty-eighth slice's split targets against the old ones: on an
-# H200), `11` and `12` (the fp8 decode matmul's scale blocks two at a time: timing, then the
-# tests with it on), `13`, `14` and `15` (11 and 12, 7, 10, from binaries built here by
-# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel). The calls already run are in git history (5675f6a has calls 1-13,
-# 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call 12; call 17, op_chain's
-# graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the
-# thirtieth slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on 611d1dd).
+# minutes each: `tools/gpu/pending.sh 4` (racecheck on the batch-invariance tests not yet
+# covered), `5` (Nsight Compute of the 80B's decode attention and of the tiled matmul), `6` and
+# `8` (on an H200: the slices since the seventeenth against a3628f5, the step's timeline and
+# profile), `10` (every CUDA test, the official figures, then the twenty-eighth slice's split
+# targets against the old ones: on an H200), `15` (10 from binaries built here by
+# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel). The calls
+# already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
+# fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
+# twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
+# thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11,
+# 12 and 16 on 9a098a3, from prebuilt binaries as calls 13, 14 and 16).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -70,16 +70,19 @@ sanitize() {
 }
 # compute-sanitizer on what it has not covered (thirty-first slice: racecheck is clean on the
 # chunked DeltaNet's test at every head shape, its kernels filtered at the 80B's, on every
-# golden parity test and on 9 of the batch-invariance tests of qwen3_moe and qwen3_fp8): the
-# goldens under memcheck on this tree (last run in the fifteenth slice), then racecheck on the
-# other batch-invariance tests, a model's a run.
+# golden parity test and on 9 of the batch-invariance tests of qwen3_moe and qwen3_fp8;
+# thirty-third: memcheck clean on every golden, racecheck on qwen3_fp8's graph replays and on
+# two batch-invariance tests of each model below, cut off at 90 s a model): racecheck on the
+# rest of each model's batch-invariance tests, one test a run. The carried build if there is one.
 call4() {
+  [ -d .prebuilt ] && use_prebuilt orig
   [ -x $B/tests/model_tests ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
-  sanitize racecheck model_tests 'Fixtures/BatchInvariance.DecodeSteps*/qwen3_fp8_cuda' 60
-  local m
+  local m t
   for m in qwen3_dense qwen3_next qwen3_5 qwen3_5_moe; do
-    sanitize racecheck model_tests "Fixtures/BatchInvariance.*/${m}_cuda" 90
+    for t in AnySplitMatchesInRecurrentMode LessSharedMemoryKeepsTheBits \
+      SnapshotsResumeAnyPosition DecodeStepsReplayedAsGraphsMatchOpByOp; do
+      sanitize racecheck model_tests "Fixtures/BatchInvariance.$t/${m}_cuda" 34
+    done
   done
 }
 # Nsight Compute of the 80B's decode attention at batch 1 and 4k positions (its split kernel,
@@ -103,20 +106,6 @@ call5() {
   done
 }
 
-# The attention's early tiles (HIBANA_CUDA_ATTENTION_EARLY_KV=1, compiled only in the
-# thirty-first slice): every CUDA test (unless call 10 or 12 built and ran them on this machine
-# just before), the model and engine tests again with it on, then it against the default on both
-# shapes (any one GPU; ratios within the call).
-call7() {
-  if [ -x $B/hibana ]; then  # (incremental: call 12 leaves a build of its edit)
-    timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
-  else
-    timeout 200 tools/gpu/check.sh build tests 2>&1 | tail -5
-  fi
-  KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
-  VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
-    ROUNDS=2 BATCHES=1,8 timeout 260 tools/gpu/check.sh sweep 2>&1 | tail -8
-}
 # The official figures on an H200 (the 80B's batch 32 and 64 need its memory) after every CUDA
 # test, then the split targets by element type against the old ones (264 / 8 tiles: the tree
 # before e1ea06d), and the down projection's early weight stream off (0.957 at batch 1 on the
@@ -131,27 +120,6 @@ figures10() {
   local old="HIBANA_CUDA_SPLIT_TILES=264 HIBANA_CUDA_GROUPED_SPLIT_TILES=8"
   VARIANTS="base;$old;HIBANA_CUDA_GROUPED_PREFETCH=0" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 \
     BATCHES=1,8 timeout 140 tools/gpu/check.sh sweep 2>&1 | tail -8
-}
-
-# The fp8 decode matmul taking two scale blocks a stage pair, their chains interleaved
-# (gemv_kernel.cuh's kPairStages, compiled out by default; thirty-second slice): against the
-# source as it is on the 80B at batch 1 and 8 (the 8B's bf16 products do not take it); then
-# (12) every CUDA test with it on (any one GPU; each under ten minutes on a fresh machine).
-PAIR='s/^(constexpr bool kPairStages = )false;/\1true;/'
-call11() {  # (configured only: edit-sweep builds hibana alone, each variant)
-  [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DHIBANA_BENCH=OFF -DHIBANA_CUDA_ARCHS=90 >"$OUT/configure.log" 2>&1
-  EDITS="orig
-paired $PAIR" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
-    timeout 480 tools/gpu/check.sh edit-sweep 2>&1 | tail -8
-}
-call12() {
-  local f=src/backend/cuda/gemv_kernel.cuh
-  cp $f $B/pair.orig && sed -i -E "$PAIR" $f
-  grep -q "kPairStages = true" $f && echo "kPairStages on"
-  timeout 280 tools/gpu/check.sh build 2>&1 | tail -2
-  timeout 280 tools/gpu/check.sh tests 2>&1 | tail -5
-  cp $B/pair.orig $f
 }
 
 # Binaries built here (tools/gpu/prebuild.sh; carry .prebuilt and .devdeps): each
@@ -170,26 +138,6 @@ use_prebuilt() {
   [ -d .prebuilt/$1 ] || unpack_prebuilt || return 1
   mkdir -p $B/tests && cp .prebuilt/$1/hibana $B/ && cp .prebuilt/$1/tests/* $B/tests/
 }
-# Calls 11 and 12 without building there: kPairStages against the source as it is, then every
-# CUDA test with it on, from builds made here (TESTS=1 and call 11's EDITS). Falls back to call
-# 11 where the carried binaries do not start.
-call13() {
-  unpack_prebuilt || return 1
-  BINS="orig=.prebuilt/orig/hibana paired=.prebuilt/paired/hibana" \
-    CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 timeout 270 tools/gpu/check.sh bins 2>&1 |
-    tail -8
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { call11; return; }
-  use_prebuilt paired && echo "tests: kPairStages on"
-  timeout 290 tools/gpu/check.sh tests 2>&1 | tail -5
-}
-# Call 7 on the carried default build (prebuild.sh's orig, TESTS=1): the model and engine tests
-# with the attention's early tiles on, then their timing against the default.
-call14() {
-  use_prebuilt orig || return 1
-  KNOBS=HIBANA_CUDA_ATTENTION_EARLY_KV=1 timeout 200 tools/gpu/check.sh tests-knobs 2>&1 | tail -3
-  VARIANTS="base;HIBANA_CUDA_ATTENTION_EARLY_KV=1" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
-    ROUNDS=2 BATCHES=1,8 timeout 300 tools/gpu/check.sh sweep 2>&1 | tail -8
-}
 # Call 10 on the carried default build (on an H200).
 call15() {
   use_prebuilt orig || return 1
@@ -205,15 +153,10 @@ call16() {
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
-  7) call7 ;;
   6) call6 ;;
   8) call8 ;;
   10) call10 ;;
-  11) call11 ;;
-  12) call12 ;;
-  13) call13 ;;
-  14) call14 ;;
   15) call15 ;;
   16) call16 ;;
-  *) echo "usage: $0 4|5|6|7|8|10|11|12|13|14|15|16" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16" >&2; exit 2 ;;
 esac

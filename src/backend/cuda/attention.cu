@@ -143,19 +143,11 @@ __device__ __forceinline__ void key_scores(const float* q, const float* k, float
 // 2 for a compiled head_dim and a group of 8 or more (below: each K and V row read from shared
 // memory once for both heads, half the reads; each head's arithmetic unchanged), else 1. (Four
 // heads a warp at head_dim 256, two warps a CTA, measured 0.975, and were not kept.)
-// kEarly (HIBANA_CUDA_ATTENTION_EARLY_KV=1, off by default, not measured yet): every CTA reads
-// the layout before the wait, and one whose keys all precede its sequence's first position in
-// the pass (stored by earlier passes) issues its first tiles' copies before it too. Sound while
-// (1) a pass stores keys only at its own tokens' positions, in pages no other sequence reads at
-// older positions (the prefix cache shares only full pages filled by earlier passes), (2) the
-// layout is copied before the pass's first kernel, and (3) the kernel just before attention
-// (attention_prep or store_kv) waits before it releases the next, so every older kernel is done
-// when these CTAs start. Without kEarly the kernel is the one measured so far.
-template <int S, int HD, int kH = 1, bool kEarly = false>
+template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;
   static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
-  if constexpr (!kEarly) pdl_start();  // (kEarly: the layout is read before the wait)
+  pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -164,10 +156,6 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int begin = split * p.split;
   if (begin > qpos) return;
   const int end = min(qpos + 1, begin + p.split);
-  // Early: every key of the split is older than the pass, so its first tiles load while the
-  // kernel before (attention_prep, storing the new keys) still runs.
-  const bool early = kEarly && end <= p.pos[p.seq_start[seq]];
-  if (kEarly && !early) pdl_start();
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warps * kH;
   const int hd = HD > 0 ? HD : static_cast<int>(p.hd);
@@ -198,11 +186,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     key_rows[i] =
         pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
   }
-  // Each warp's heads (read by the warp itself, after the first tile's barrier).
-  auto load_q = [&] {
-    for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
-  };
-  if (!early) load_q();
+  for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
 
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
@@ -257,10 +241,6 @@ __global__ void attention_split_kernel(AttnParams p) {
   for (int it = 0; it < S - 1; ++it) {
     if (it < ntiles) load_tile(it, it);
     cp_async_commit();
-  }
-  if (early) {
-    pdl_start();
-    load_q();
   }
   for (int it = 0; it < ntiles; ++it) {
     const int j0 = begin + it * kTile;
@@ -399,12 +379,11 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
 
 using SplitKernel = void (*)(AttnParams);
 
-// The per-token kernel for `stages` tiles in flight, this head_dim and query heads a warp, with
-// early tiles or not: the compiled variants for head_dim 64, 128 and 256 with 2 or 3 stages,
-// with one or two heads a warp; the run-time head_dim kernel otherwise, with one. Null where no
-// kernel takes `heads_per_warp` heads.
-template <bool kEarly>
-SplitKernel split_kernel_of(int stages, int64_t hd, int heads_per_warp) {
+// The per-token kernel for `stages` tiles in flight, this head_dim and query heads a warp:
+// the compiled variants for head_dim 64, 128 and 256 with 2 or 3 stages, with one or two heads
+// a warp; the run-time head_dim kernel otherwise, with one. Null where no kernel takes
+// `heads_per_warp` heads.
+SplitKernel split_kernel(int stages, int64_t hd, int heads_per_warp) {
   auto fixed = [hd, heads_per_warp](auto s) -> SplitKernel {
     constexpr int S = decltype(s)::value;
     auto pick = [heads_per_warp](auto one, auto two) -> SplitKernel {
@@ -412,25 +391,18 @@ SplitKernel split_kernel_of(int stages, int64_t hd, int heads_per_warp) {
     };
     switch (hd) {
       case 64:
-        return pick(attention_split_kernel<S, 64, 1, kEarly>,
-                    attention_split_kernel<S, 64, 2, kEarly>);
+        return pick(attention_split_kernel<S, 64>, attention_split_kernel<S, 64, 2>);
       case 128:
-        return pick(attention_split_kernel<S, 128, 1, kEarly>,
-                    attention_split_kernel<S, 128, 2, kEarly>);
+        return pick(attention_split_kernel<S, 128>, attention_split_kernel<S, 128, 2>);
       case 256:
-        return pick(attention_split_kernel<S, 256, 1, kEarly>,
-                    attention_split_kernel<S, 256, 2, kEarly>);
+        return pick(attention_split_kernel<S, 256>, attention_split_kernel<S, 256, 2>);
       default:
-        return heads_per_warp == 1 ? attention_split_kernel<S, 0, 1, kEarly> : nullptr;
+        return heads_per_warp == 1 ? attention_split_kernel<S, 0> : nullptr;
     }
   };
   if (stages >= 3) return fixed(std::integral_constant<int, 3>{});
   if (stages == 2) return fixed(std::integral_constant<int, 2>{});
-  return heads_per_warp == 1 ? attention_split_kernel<1, 0, 1, kEarly> : nullptr;
-}
-SplitKernel split_kernel(int stages, int64_t hd, int heads_per_warp, bool early) {
-  return early ? split_kernel_of<true>(stages, hd, heads_per_warp)
-               : split_kernel_of<false>(stages, hd, heads_per_warp);
+  return heads_per_warp == 1 ? attention_split_kernel<1, 0> : nullptr;
 }
 
 }  // namespace
@@ -488,11 +460,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     for (int stages = 1; stages <= 3; ++stages) {
       for (int64_t d : {0, 64, 128, 256}) {
         for (int heads_per_warp : {1, 2}) {
-          for (bool early : {false, true}) {
-            if (SplitKernel k = split_kernel(stages, d, heads_per_warp, early)) {
-              HIBANA_CUDA(
-                  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
-            }
+          if (SplitKernel k = split_kernel(stages, d, heads_per_warp)) {
+            HIBANA_CUDA(
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
           }
         }
       }
@@ -556,12 +526,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
       const bool two = group % 2 == 0 &&
                        (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8));
-      // HIBANA_CUDA_ATTENTION_EARLY_KV=1: the early tiles (kEarly; off by default, not measured
-      // yet). Read at every launch; a recorded decode graph keeps the kernel it recorded.
-      const bool early = knob_on("HIBANA_CUDA_ATTENTION_EARLY_KV", false);
-      SplitKernel kernel = two ? split_kernel(stages, hd, 2, early) : nullptr;  // (null: none)
+      SplitKernel kernel = two ? split_kernel(stages, hd, 2) : nullptr;  // (null: no variant)
       const int per_warp = kernel ? 2 : 1;
-      if (!kernel) kernel = split_kernel(stages, hd, 1, early);
+      if (!kernel) kernel = split_kernel(stages, hd, 1);
       launch_pdl(kernel, grid, static_cast<unsigned>(group / per_warp * 32), smem, p);
       launched("attention_split_kernel");
     }

@@ -130,15 +130,6 @@ constexpr bool kWideStages = kXShared && E == Elt::fp8 && kRing >= 3 * (2 << 10)
 // The most shared memory the split activations may take: three CTAs still fit on an SM.
 constexpr int kXSharedMax = 26 << 10;
 
-// kPairStages (off: compiled out; tools/gpu/pending.sh 11 measures it with edit-sweep): fp8
-// products at 1-2 rows with shared activations take their stages two at a time where a stage is
-// one 128-k scale block, the two blocks' mma and conversion chains interleaved in the warp's
-// instruction stream. A warp's dependent chain is what it waits on (ncu on the 80B's gate/up,
-// twenty-seventh slice: one issue every 3.7 cycles at 1.37 warps a scheduler, 34.5% of the
-// stalls fixed-latency dependencies). Each block's chain still starts from zero and is folded
-// into the row's sum in block order: the same bits.
-constexpr bool kPairStages = false;
-
 // kXShared: the CTA splits its x_rows activation rows for the whole split into shared memory
 // once, before the loop (each warp would otherwise split the same activations again); used
 // where that fits in kXSharedMax. Both ways give the same B fragments.
@@ -341,10 +332,9 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   }
   // The current block's scales, loaded a block ahead (a load at the fold stalled it: ncu).
   float scale_a = 0.0f, scale_b = 0.0f;
-  auto scale_at = [&](int64_t i, bool ok) { return ok ? scale_entry(p, mat.scale, i) : 0.0f; };
   auto load_scales = [&](int64_t a, int64_t b) {
-    scale_a = scale_at(a, okA);
-    scale_b = scale_at(b, okB);
+    scale_a = okA ? scale_entry(p, mat.scale, a) : 0.0f;
+    scale_b = okB ? scale_entry(p, mat.scale, b) : 0.0f;
   };
   if (scaled) load_scales(sA, sB);
 
@@ -353,21 +343,12 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   float acc[4], ch[4], cm[4], cl[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc[i] = ch[i] = cm[i] = cl[i] = 0.0f;
-  // Packed: column 4r + s of token r's term s; h + (m + l) takes l from the next lane.
-  auto fold_packed = [&](const float(&c)[4], float(&sum)[4]) {
-    const float l0 = __shfl_down_sync(~0u, c[0], 1), l2 = __shfl_down_sync(~0u, c[2], 1);
-    sum[0] = c[0] + (c[1] + l0);
-    sum[2] = c[2] + (c[3] + l2);
-    sum[1] = sum[3] = 0.0f;
-  };
-  // A block's folded sum into the row's, scaled (sa: rows g, sb: rows g + 8).
-  auto add_block = [&](const float(&sum)[4], float sa, float sb) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = fmaf(sum[i], i < 2 ? sa : sb, acc[i]);
-  };
   auto fold = [&](float(&sum)[4]) {
     if constexpr (kPacked) {
-      fold_packed(ch, sum);
+      const float l0 = __shfl_down_sync(~0u, ch[0], 1), l2 = __shfl_down_sync(~0u, ch[2], 1);
+      sum[0] = ch[0] + (ch[1] + l0);
+      sum[2] = ch[2] + (ch[3] + l2);
+      sum[1] = sum[3] = 0.0f;
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i] = ch[i] + (cm[i] + cl[i]);
@@ -377,93 +358,7 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
   if constexpr (!kXShared) load_x(0, xnext);
   const uint4* ring_slot = ring;
   unsigned slot = 0;
-  // kPairs' helpers. The stage-by-stage loop below does the same in its own lines: calling
-  // these there changes the SASS of 62 of this file's 141 kernels (their cubin .text sections
-  // compared), and those are the kernels measured so far. Once kPairStages is decided on a
-  // GPU, the loop should call them (or the pairs go).
-  // Term s's B fragments of a chunk (src: its shared activations) zero where the lane supplies
-  // no column: positions (2t, 2t+1) of product j take x elements 4j, 4j+1 of the lane's group,
-  // (2t+8, 2t+9) elements 4j+2, 4j+3 — the weights' permutation.
-  auto shared_b = [&](const uint4* src, int s, uint32_t(&b)[2 * MMAS]) {
-#pragma unroll
-    for (int i = 0; i < MMAS / 2; ++i) {
-      const uint4 v = has_x ? src[s * pitch / 4 + i] : make_uint4(0, 0, 0, 0);
-      b[4 * i] = v.x;
-      b[4 * i + 1] = v.y;
-      b[4 * i + 2] = v.z;
-      b[4 * i + 3] = v.w;
-    }
-  };
-  // A stage's weights from the ring into registers (the lane's own copies: no barrier), then
-  // the next copies into the slot the previous stage read, whose values are in registers.
-  auto take_stage = [&](uint4(&wa)[U], uint4(&wb)[U]) {
-    cp_async_wait<D - 2>();
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      wa[u] = ring_slot[2 * u * 32];
-      wb[u] = ring_slot[(2 * u + 1) * 32];
-    }
-    issue();
-    slot = slot + 1 == D ? 0 : slot + 1;
-    ring_slot = ring + slot * (S::kStageBytes / 16);
-  };
-  // kPairs: stages two at a time where each is one scale block, the two blocks' mma chains
-  // interleaved; each chain starts from zero and is folded into acc in block order, as below.
-  constexpr bool kPairs = kPairStages && E == Elt::fp8 && kPacked && kXShared && kStageK == 128;
-  auto run_pairs = [&] {
-    float next_a = 0.0f, next_b = 0.0f;  // block q + 1's (block q's in scale_a, scale_b)
-    auto load_next = [&] {
-      next_a = scale_at(sA + 1, okA);
-      next_b = scale_at(sB + 1, okB);
-    };
-    if (kStageK < span) load_next();
-    for (int k0 = 0; k0 < span; k0 += 2 * kStageK) {
-      const bool two = k0 + kStageK < span;
-      uint4 wa0[U], wb0[U], wa1[U], wb1[U];
-      take_stage(wa0, wb0);
-      if (two) take_stage(wa1, wb1);
-      float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int ck = k0 + u * KC;
-        const bool in0 = ck < span, in1 = two && ck + kStageK < span;  // (warp-uniform)
-        uint32_t b0[2 * MMAS], b1[2 * MMAS];
-        if (in0) shared_b(xs_lane + ck / 8, 0, b0);  // (2 words per 4 k)
-        if (in1) shared_b(xs_lane + (ck + kStageK) / 8, 0, b1);
-#pragma unroll
-        for (int j = 0; j < MMAS; ++j) {
-          uint32_t a[4];
-          if (in0) {
-            a_fragment<E>(wa0[u], wb0[u], j, a);
-            mma(c0, a[0], a[1], a[2], a[3], b0[2 * j], b0[2 * j + 1]);
-          }
-          if (in1) {
-            a_fragment<E>(wa1[u], wb1[u], j, a);
-            mma(c1, a[0], a[1], a[2], a[3], b1[2 * j], b1[2 * j + 1]);
-          }
-        }
-      }
-      float sum[4];
-      fold_packed(c0, sum);
-      add_block(sum, scale_a, scale_b);
-      if (two) {
-        fold_packed(c1, sum);
-        add_block(sum, next_a, next_b);
-      }
-      sA += 2;
-      sB += 2;
-      if (k0 + 2 * kStageK < span) load_scales(sA, sB);  // (the blocks of the next pair)
-      if (k0 + 3 * kStageK < span) load_next();
-    }
-  };
-  int k_loop = 0;  // where the stage-by-stage loop starts: past the span if pairs took it all
-  if constexpr (kPairs) {
-    if (scaled && block_len == kStageK && block_end == kStageK) {
-      k_loop = span;
-      run_pairs();
-    }
-  }
-  for (int k0 = k_loop; k0 < span; k0 += kStageK) {
+  for (int k0 = 0; k0 < span; k0 += kStageK) {
     cp_async_wait<D - 2>();  // this stage's copies (the lane's own) have landed
     uint4 wa[U], wb[U];
 #pragma unroll
@@ -482,7 +377,8 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
     for (int u = 0; u < U; ++u) {
       const int ck = k0 + u * KC;
       if (ck >= span) break;  // the same for the whole warp
-      // B fragments, per term (shared_b's places).
+      // B fragments, per term: positions (2t, 2t+1) of product j take x elements 4j, 4j+1 of
+      // the lane's group, (2t+8, 2t+9) elements 4j+2, 4j+3 — the weights' permutation.
       uint32_t bx[kTerms][2 * MMAS];
       if constexpr (kXShared) {
         const uint4* src = xs_lane + ck / 8;  // 2 words per 4 k
@@ -526,9 +422,11 @@ __global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_w
         if (block_end - block_len < span) load_scales(++sA, ++sB);  // the next block's
         float sum[4];
         fold(sum);
-        add_block(sum, sa, sb);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ch[i] = cm[i] = cl[i] = 0.0f;
+        for (int i = 0; i < 4; ++i) {
+          acc[i] = fmaf(sum[i], i < 2 ? sa : sb, acc[i]);
+          ch[i] = cm[i] = cl[i] = 0.0f;
+        }
       }
     }
     slot = slot + 1 == D ? 0 : slot + 1;

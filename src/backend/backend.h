@@ -135,6 +135,21 @@ class Backend {
   }
   // out = x · wᵀ (x [R, K], w [N, K], out [R, N]); out may be a column range of a wider buffer.
   virtual void matmul(const Tensor& x, const Weight& w, Tensor out) = 0;
+  // The rows of the forward pass now running (`tokens` rows in all) that are prefill blocks:
+  // tokens whose whole block of kPrefillBlock absolute positions, aligned, the pass covers
+  // (ranges of rows in order; empty: none). A backend may run the products of those rows — a
+  // product over the pass's `tokens` rows — in a faster arithmetic of its own (CUDA: cuBLASLt
+  // on bf16 terms, where the other rows keep the decode kernels' bits). Whether a token's
+  // block is covered depends on its position and its own sequence's pass only, as the Gated
+  // DeltaNet's chunked form (GdnMode::aligned_chunks): so a token's bits do not depend on the
+  // batch, nor on how a prompt is cut into chunks of whole blocks, and decode and
+  // verification passes (fewer tokens a sequence than a block) have no such rows. The model
+  // sets them for a pass's layers and clears them (tokens 0) after.
+  struct RowRange {
+    int64_t begin, end;
+  };
+  static constexpr int64_t kPrefillBlock = 64;
+  virtual void set_prefill_rows(int64_t /*tokens*/, std::vector<RowRange> /*rows*/) {}
   // out[:, j] = x[:, index[j]].
   virtual void gather_columns(const Tensor& x, const Tensor& index, Tensor out) = 0;
   // Rotary embedding (rotate-half / neox) of the first rot_dim dims of every head, in place.

@@ -364,6 +364,43 @@ bool move_here(BlockMover* mover, const BlockMove& m, const StateViews& state) {
     return false;
   }
 }
+
+// The pass's prefill rows (Backend::set_prefill_rows) for as long as it lives: each sequence's
+// rows whose aligned block of positions the pass covers whole. None where any split of a
+// prompt must give the same bits (GdnMode::recurrent: `--exact`).
+class PrefillRows {
+ public:
+  PrefillRows(Backend& be, const std::vector<SeqDesc>& seqs, GdnMode mode) : be_(be) {
+    if (mode != GdnMode::aligned_chunks) return;
+    constexpr int64_t B = Backend::kPrefillBlock;
+    std::vector<Backend::RowRange> rows;
+    int64_t row = 0;
+    for (const SeqDesc& s : seqs) {
+      const int64_t first = (s.start_pos + B - 1) / B * B, end = (s.start_pos + s.n) / B * B;
+      if (end > first) {
+        const Backend::RowRange r{row + first - s.start_pos, row + end - s.start_pos};
+        if (!rows.empty() && rows.back().end == r.begin) {
+          rows.back().end = r.end;
+        } else {
+          rows.push_back(r);
+        }
+      }
+      row += s.n;
+    }
+    if (rows.empty()) return;
+    be_.set_prefill_rows(row, std::move(rows));
+    set_ = true;
+  }
+  ~PrefillRows() {
+    if (set_) be_.set_prefill_rows(0, {});
+  }
+  PrefillRows(const PrefillRows&) = delete;
+  PrefillRows& operator=(const PrefillRows&) = delete;
+
+ private:
+  Backend& be_;
+  bool set_ = false;
+};
 }  // namespace
 
 bool Model::move_block(const StateViews& state, BlockMover& mover, const BlockMove& m) const {
@@ -444,8 +481,11 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
 
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
   embed(tokens, x.tensor);
-  layers::decoder_layers(layer_config(), weights_.layers, be, x.tensor, ls.layout, state,
-                         layer_comm());
+  {
+    const PrefillRows prefill(be, desc, options.gdn_mode);
+    layers::decoder_layers(layer_config(), weights_.layers, be, x.tensor, ls.layout, state,
+                           layer_comm());
+  }
   std::vector<int64_t> rows = logits_rows(modes, lengths, out);
   project_rows(config_, weights_.lm_head, weights_.final_norm, be, x.tensor, rows, options,
                tp_.get(), out);

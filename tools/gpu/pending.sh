@@ -136,6 +136,7 @@ unpack_prebuilt() {
 # use_prebuilt LABEL: its hibana and tests in $B, where the stages look for them (unpacked once).
 use_prebuilt() {
   [ -d .prebuilt/$1 ] || unpack_prebuilt || return 1
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   mkdir -p $B/tests && cp .prebuilt/$1/hibana $B/ && cp .prebuilt/$1/tests/* $B/tests/
 }
 # Call 10 on the carried default build (on an H200).
@@ -149,6 +150,20 @@ call16() {
   use_prebuilt orig || return 1
   timeout 300 tools/gpu/check.sh cublas 2>&1 | grep -vE "^\s*$"
 }
+# The prefill rows by cuBLASLt (matmul_cublas.cu, thirty-third slice; HIBANA_CUDA_CUBLAS_PREFILL,
+# off by default), from the carried default build: every CUDA test, the model and engine tests
+# with it on, then the 8k-token prefill of both shapes with it and without, timed per op.
+call17() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -8
+  KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=1 timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -12
+  local v
+  for v in 1 0; do
+    echo "HIBANA_CUDA_CUBLAS_PREFILL=$v"
+    HIBANA_CUDA_CUBLAS_PREFILL=$v PROMPT=8192 TIMING=1 timeout 200 tools/gpu/check.sh prefill 2>&1 |
+      grep -E "prefill [0-9]+ tokens|matmul|^ +(gdn|attention|moe)" | head -24
+  done
+}
 
 case "${1:-}" in
   4) call4 ;;
@@ -158,5 +173,6 @@ case "${1:-}" in
   10) call10 ;;
   15) call15 ;;
   16) call16 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16" >&2; exit 2 ;;
+  17) call17 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17" >&2; exit 2 ;;
 esac

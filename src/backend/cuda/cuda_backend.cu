@@ -348,8 +348,16 @@ class CudaBackend final : public Backend {
     cuda::add_rmsnorm(x, y, w, eps, zero_centred, out);
   }
   void matmul(const Tensor& x, const Weight& w, Tensor out) override {
+    if (prefill_tokens_ > 0 && x.shape[0] == prefill_tokens_ &&
+        reinterpret_cast<uintptr_t>(out.data) % 16 == 0 && cuda::cublas_takes(x, w, out)) {
+      return matmul_prefill_rows(x, w, out);
+    }
     Timed timed(timer_, "matmul");
     cuda::matmul(x, w, out);
+  }
+  void set_prefill_rows(int64_t tokens, std::vector<RowRange> rows) override {
+    prefill_tokens_ = rows.empty() ? 0 : tokens;
+    prefill_rows_ = std::move(rows);
   }
   void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
     Timed timed(timer_, "gather_columns");
@@ -496,11 +504,31 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A product over the pass's rows: its prefill rows by cuBLASLt, the rows between them by the
+  // decode kernels (each row's bits whatever the others).
+  void matmul_prefill_rows(const Tensor& x, const Weight& w, Tensor out) {
+    auto rest = [&](int64_t b, int64_t e) {
+      if (b == e) return;
+      Timed timed(timer_, "matmul");
+      cuda::matmul(x.slice_rows(b, e), w, out.slice_rows(b, e));
+    };
+    int64_t row = 0;
+    for (const RowRange& r : prefill_rows_) {
+      rest(row, r.begin);
+      Timed timed(timer_, "matmul_cublas");
+      cuda::matmul_cublas(x.slice_rows(r.begin, r.end), w, out.slice_rows(r.begin, r.end));
+      row = r.end;
+    }
+    rest(row, x.shape[0]);
+  }
+
   int device_;
   bool integrated_ = false;
   int64_t replays_ = 0;
   std::string name_;
   OpTimer timer_;
+  int64_t prefill_tokens_ = 0;  // set_prefill_rows: 0 outside a pass with prefill rows
+  std::vector<RowRange> prefill_rows_;
 };
 
 }  // namespace

@@ -37,6 +37,14 @@ void moe_route(const Tensor& logits, int64_t k, bool renormalise, const Tensor& 
 
 // matmul.cu
 void matmul(const Tensor& x, const Weight& w, Tensor out);
+// matmul_cublas.cu: out = x · wᵀ by cuBLASLt on bf16 terms (the prefill rows of a pass,
+// Backend::set_prefill_rows), one algorithm per weight shape and output pitch whatever the
+// rows, so a row's bits do not depend on how many the product has. cublas_takes: whether it
+// takes this product (bf16 or fp8 weights, f32 activations and outputs with 16-byte rows, an
+// algorithm found; only with HIBANA_CUDA_CUBLAS_PREFILL=1, off until measured on a GPU); the
+// output must be 16-byte aligned.
+bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out);
+void matmul_cublas(const Tensor& x, const Weight& w, Tensor out);
 // out = silu(x · gateᵀ) * (x · upᵀ) for w = [gate ; up], in one decode-kernel launch with the
 // bits of matmul then silu_mul, where matmul_swiglu_fits (at most 8 rows, weights with 16-byte
 // rows); the caller checks first, so an op report names only what ran.

@@ -1,0 +1,119 @@
+// The prefill rows of a pass (Backend::set_prefill_rows) by cuBLASLt: within bf16's rounding of
+// the CPU's product; the other rows with the decode kernels' bits; a row's bits the same
+// whatever the pass around it; and none of it outside a pass or with the switch off
+// (HIBANA_CUDA_CUBLAS_PREFILL, off by default until measured). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "support/cuda_fixture.h"
+#include "support/cuda_weights.h"
+#include "support/random.h"
+#include "support/scoped_env.h"
+
+namespace hibana {
+namespace {
+
+using test::make_weight;
+using test::randn;
+using test::ScopedEnv;
+using test::TestWeight;
+
+class CudaPrefillRows : public test::CudaFixture {
+ protected:
+  ScopedEnv on_{"HIBANA_CUDA_CUBLAS_PREFILL", "1"};
+  // x · wᵀ of rows [b, e) of x on the GPU, with `rows` the pass's prefill rows (none: empty),
+  // the pass being those rows alone.
+  std::vector<float> product(const Tensor& x, const Weight& w, int64_t b, int64_t e,
+                             std::vector<Backend::RowRange> rows) {
+    Tensor out = device_f32(e - b, w.rows(), std::nanf(""));
+    gpu->set_prefill_rows(e - b, std::move(rows));
+    gpu->matmul(x.slice_rows(b, e), w, out);
+    gpu->set_prefill_rows(0, {});
+    return download(out);
+  }
+  static bool same_rows(const std::vector<float>& a, int64_t a0, const std::vector<float>& b,
+                        int64_t b0, int64_t n, int64_t N) {
+    return std::memcmp(a.data() + a0 * N, b.data() + b0 * N, n * N * sizeof(float)) == 0;
+  }
+};
+
+constexpr int64_t N = 384, K = 512;
+
+// A pass of 300 rows whose prefill rows are [64, 192) and [256, 300): those within bf16's
+// rounding of the CPU's f32 product (the bound: 2^-7 of the sum of |x| |w| of the element, the
+// rounding of x and of the weight, fp8's expanded with its scale), and not all of the decode
+// kernels' bits (cuBLASLt ran); the rows outside with exactly those bits.
+TEST_F(CudaPrefillRows, PrefillRowsByCublasTheOthersKeepTheirBits) {
+  const int64_t T = 300;
+  const std::vector<float> x = randn(T * K, 21);
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TestWeight w = make_weight(*this, dtype, N, K, 22);
+    const Tensor xd = upload(x.data(), DType::f32, {T, K});
+    const std::vector<float> exact = product(xd, w.dev, 0, T, {});
+    const std::vector<float> got = product(xd, w.dev, 0, T, {{64, 192}, {256, 300}});
+    EXPECT_TRUE(same_rows(got, 0, exact, 0, 64, N)) << "rows [0, 64)";
+    EXPECT_TRUE(same_rows(got, 192, exact, 192, 64, N)) << "rows [192, 256)";
+    EXPECT_FALSE(same_rows(got, 64, exact, 64, 128, N)) << "rows [64, 192) took cuBLASLt";
+    // The CPU's f32 product and the bound.
+    std::vector<float> ref(T * N), eye(K * K, 0.0f), wT(K * N);
+    cpu->matmul(Tensor(const_cast<float*>(x.data()), DType::f32, {T, K}), w.host,
+                Tensor(ref.data(), DType::f32, {T, N}));
+    for (int64_t k = 0; k < K; ++k) eye[k * K + k] = 1.0f;
+    // I · wᵀ: the weight as the CPU reads it (fp8 times its scales), [K, N].
+    cpu->matmul(Tensor(eye.data(), DType::f32, {K, K}), w.host,
+                Tensor(wT.data(), DType::f32, {K, N}));
+    int64_t bad = 0;
+    for (int64_t r : {64, 100, 191, 256, 299}) {
+      for (int64_t n = 0; n < N; ++n) {
+        double mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) mag += std::fabs(x[r * K + k] * wT[k * N + n]);
+        if (std::fabs(got[r * N + n] - ref[r * N + n]) > mag / 128.0) ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "elements past bf16's rounding of the f32 product";
+  }
+}
+
+// A row's bits do not depend on the pass: the same rows as prefill rows of a 1024-row pass, of
+// a 64-row pass, of a 192-row pass starting at row 448, and of a pass in which rows before them
+// are not prefill rows.
+TEST_F(CudaPrefillRows, ARowsBitsDoNotDependOnItsPass) {
+  const int64_t T = 1024;
+  const std::vector<float> x = randn(T * K, 23);
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TestWeight w = make_weight(*this, dtype, N, K, 24);
+    const Tensor xd = upload(x.data(), DType::f32, {T, K});
+    const std::vector<float> all = product(xd, w.dev, 0, T, {{0, T}});
+    EXPECT_TRUE(same_rows(product(xd, w.dev, 0, 64, {{0, 64}}), 0, all, 0, 64, N));
+    EXPECT_TRUE(same_rows(product(xd, w.dev, 448, 640, {{0, 192}}), 0, all, 448, 192, N));
+    EXPECT_TRUE(same_rows(product(xd, w.dev, 937, 1024, {{23, 87}}), 23, all, 960, 64, N));
+  }
+}
+
+// Outside a pass's prefill rows (none set, a product of another row count than the pass's) and
+// with HIBANA_CUDA_CUBLAS_PREFILL=0, every row has the decode kernels' bits.
+TEST_F(CudaPrefillRows, OnlyThePassesRowsAndOnlyWithTheSwitchOn) {
+  const int64_t T = 128;
+  const std::vector<float> x = randn(T * K, 25);
+  TestWeight w = make_weight(*this, DType::bf16, N, K, 26);
+  const Tensor xd = upload(x.data(), DType::f32, {T, K});
+  const std::vector<float> exact = product(xd, w.dev, 0, T, {});
+  {
+    ScopedEnv off("HIBANA_CUDA_CUBLAS_PREFILL", "0");
+    EXPECT_TRUE(same_rows(product(xd, w.dev, 0, T, {{0, T}}), 0, exact, 0, T, N));
+  }
+  Tensor out = device_f32(64, N);
+  gpu->set_prefill_rows(T, {{0, T}});
+  gpu->matmul(xd.slice_rows(0, 64), w.dev, out);  // 64 rows of a 128-row pass: not the pass's
+  gpu->set_prefill_rows(0, {});
+  EXPECT_TRUE(same_rows(download(out), 0, exact, 0, 64, N));
+}
+
+}  // namespace
+}  // namespace hibana

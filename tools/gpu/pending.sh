@@ -155,13 +155,17 @@ call16() {
 # with it on, then the 8k-token prefill of both shapes with it and without, timed per op.
 call17() {
   use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -8
-  KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=1 timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -12
-  local v
-  for v in 1 0; do
-    echo "HIBANA_CUDA_CUBLAS_PREFILL=$v"
-    HIBANA_CUDA_CUBLAS_PREFILL=$v PROMPT=8192 TIMING=1 timeout 200 tools/gpu/check.sh prefill 2>&1 |
-      grep -E "prefill [0-9]+ tokens|matmul|^ +(gdn|attention|moe)" | head -24
+  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -8
+  KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=1 timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -12
+  local v c
+  for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
+    for v in 1 0; do
+      set -- $c
+      echo "$1, HIBANA_CUDA_CUBLAS_PREFILL=$v"
+      HIBANA_CUDA_CUBLAS_PREFILL=$v HIBANA_CUDA_TIMING=1 timeout 80 $B/hibana bench prefill \
+        --device cuda --load-format dummy --config bench/configs/$1.json --dtype $2 \
+        --prompt-tokens 8192 2>&1 | grep -E "prefill [0-9]+ tokens|matmul|error" | head -6
+    done
   done
 }
 

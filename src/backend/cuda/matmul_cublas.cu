@@ -116,15 +116,15 @@ bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_
   return true;
 }
 
-// x [m, K] f32 (row pitch ldx) as bf16 [m, K], dense.
+// x [m, K] f32 (row pitch ldx) as bf16 [m, K], dense: rows over the grid's y, k over its x.
 __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t m, int64_t K,
                                __nv_bfloat16* out) {
   pdl_start();
-  const int64_t n = m * K;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / K, k = i - r * K;
-    out[i] = __float2bfloat16_rn(x[r * ldx + k]);
+  for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K;
+         k += int64_t(gridDim.x) * blockDim.x) {
+      out[r * K + k] = __float2bfloat16_rn(x[r * ldx + k]);
+    }
   }
 }
 
@@ -135,28 +135,30 @@ __global__ void weight_bf16_kernel(const void* w, int64_t ldw, int64_t N, int64_
                                    const void* scale, bool scale_f32, int64_t scale_ld,
                                    int64_t block_rows, int64_t block_cols, __nv_bfloat16* out) {
   pdl_start();
-  const int64_t n = N * K;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / K, k = i - r * K;
-    if constexpr (kFp8) {
-      __nv_fp8_e4m3 v;
-      v.__x = static_cast<const uint8_t*>(w)[r * ldw + k];
-      float sc = 1.0f;
-      if (scale) {
-        const int64_t j = (r / block_rows) * scale_ld + k / block_cols;
-        sc = scale_f32 ? static_cast<const float*>(scale)[j]
-                       : __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[j]);
+  for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K;
+         k += int64_t(gridDim.x) * blockDim.x) {
+      if constexpr (kFp8) {
+        __nv_fp8_e4m3 v;
+        v.__x = static_cast<const uint8_t*>(w)[r * ldw + k];
+        float sc = 1.0f;
+        if (scale) {
+          const int64_t j = (r / block_rows) * scale_ld + k / block_cols;
+          sc = scale_f32 ? static_cast<const float*>(scale)[j]
+                         : __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[j]);
+        }
+        out[r * K + k] = __float2bfloat16_rn(static_cast<float>(v) * sc);
+      } else {
+        out[r * K + k] = static_cast<const __nv_bfloat16*>(w)[r * ldw + k];
       }
-      out[i] = __float2bfloat16_rn(static_cast<float>(v) * sc);
-    } else {
-      out[i] = static_cast<const __nv_bfloat16*>(w)[r * ldw + k];
     }
   }
 }
 
-unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, int64_t(num_sms()) * 16));
+// A grid of `rows` x K elements: 256 threads a block along K, a row a block along y.
+dim3 grid_for(int64_t rows, int64_t K) {
+  return dim3(static_cast<unsigned>(std::min<int64_t>((K + 255) / 256, 16)),
+              static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -187,7 +189,7 @@ void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   if (m == 0) return;
   check(aligned16(out.data), ErrorKind::internal, "matmul_cublas: the output is not aligned");
   Scratch xb(static_cast<size_t>(m * K) * 2, true);
-  launch_pdl(to_bf16_kernel, dim3(grid_for(m * K)), dim3(256), 0, x.ptr<float>(), x.stride[0], m,
+  launch_pdl(to_bf16_kernel, grid_for(m, K), dim3(256), 0, x.ptr<float>(), x.stride[0], m,
              K, xb.as<__nv_bfloat16>());
   launched("to_bf16_kernel");
   // bf16 weights as they are where dense and aligned; fp8 (and the others) expanded.
@@ -199,7 +201,7 @@ void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
     const bool sc_f32 = !w.scale.empty() && w.scale.dtype == DType::f32;
     const int64_t sc_ld = w.scale.empty() ? 0 : w.scale.stride[w.scale.ndim - 2];
     launch_pdl(fp8 ? weight_bf16_kernel<true> : weight_bf16_kernel<false>,
-               dim3(grid_for(N * K)), dim3(256), 0, static_cast<const void*>(w.w.data),
+               grid_for(N, K), dim3(256), 0, static_cast<const void*>(w.w.data),
                w.w.stride[0], N, K, sc, sc_f32, sc_ld, w.block_rows, w.block_cols,
                wb.as<__nv_bfloat16>());
     launched("weight_bf16_kernel");

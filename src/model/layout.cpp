@@ -103,4 +103,24 @@ LayoutStorage build_layout(const std::vector<SeqDesc>& seqs, const StateViews& s
   return s;
 }
 
+std::vector<Backend::RowRange> prefill_rows(const std::vector<SeqDesc>& seqs, GdnMode mode) {
+  std::vector<Backend::RowRange> rows;
+  if (mode != GdnMode::aligned_chunks) return rows;
+  constexpr int64_t B = Backend::kPrefillBlock;
+  int64_t row = 0;
+  for (const SeqDesc& s : seqs) {
+    const int64_t first = (s.start_pos + B - 1) / B * B, end = (s.start_pos + s.n) / B * B;
+    if (end > first) {
+      const Backend::RowRange r{row + first - s.start_pos, row + end - s.start_pos};
+      if (!rows.empty() && rows.back().end == r.begin) {
+        rows.back().end = r.end;
+      } else {
+        rows.push_back(r);
+      }
+    }
+    row += s.n;
+  }
+  return rows;
+}
+
 }  // namespace hibana

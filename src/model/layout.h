@@ -33,4 +33,9 @@ struct SeqDesc {
 LayoutStorage build_layout(const std::vector<SeqDesc>& seqs, const StateViews& state,
                            bool needs_pages, bool needs_slots, GdnMode mode);
 
+// The pass's prefill rows (Backend::set_prefill_rows): each sequence's rows whose aligned block
+// of Backend::kPrefillBlock positions the pass covers whole, adjacent ranges joined. None in
+// GdnMode::recurrent, where any split of a prompt must give the same bits.
+std::vector<Backend::RowRange> prefill_rows(const std::vector<SeqDesc>& seqs, GdnMode mode);
+
 }  // namespace hibana

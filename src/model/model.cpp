@@ -365,30 +365,16 @@ bool move_here(BlockMover* mover, const BlockMove& m, const StateViews& state) {
   }
 }
 
-// The pass's prefill rows (Backend::set_prefill_rows) for as long as it lives: each sequence's
-// rows whose aligned block of positions the pass covers whole. None where any split of a
-// prompt must give the same bits (GdnMode::recurrent: `--exact`).
+// The pass's prefill rows (Backend::set_prefill_rows, layout.h's prefill_rows) for as long as
+// it lives.
 class PrefillRows {
  public:
   PrefillRows(Backend& be, const std::vector<SeqDesc>& seqs, GdnMode mode) : be_(be) {
-    if (mode != GdnMode::aligned_chunks) return;
-    constexpr int64_t B = Backend::kPrefillBlock;
-    std::vector<Backend::RowRange> rows;
-    int64_t row = 0;
-    for (const SeqDesc& s : seqs) {
-      const int64_t first = (s.start_pos + B - 1) / B * B, end = (s.start_pos + s.n) / B * B;
-      if (end > first) {
-        const Backend::RowRange r{row + first - s.start_pos, row + end - s.start_pos};
-        if (!rows.empty() && rows.back().end == r.begin) {
-          rows.back().end = r.end;
-        } else {
-          rows.push_back(r);
-        }
-      }
-      row += s.n;
-    }
+    std::vector<Backend::RowRange> rows = prefill_rows(seqs, mode);
     if (rows.empty()) return;
-    be_.set_prefill_rows(row, std::move(rows));
+    int64_t tokens = 0;
+    for (const SeqDesc& s : seqs) tokens += s.n;
+    be_.set_prefill_rows(tokens, std::move(rows));
     set_ = true;
   }
   ~PrefillRows() {

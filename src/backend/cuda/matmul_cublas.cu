@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -35,10 +36,13 @@ void check_lt(cublasStatus_t s, const char* what) {
 // The process's cuBLASLt handle and workspace, and the algorithm of each product shape, per
 // device.
 struct LtState {
+  struct Algo {
+    bool found;  // false: none (those products keep the tiled kernel)
+    cublasLtMatmulAlgo_t algo;
+  };
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, cublasLtMatmulAlgo_t> algos;  // (N, K, ldo)
-  bool failed = false;  // no algorithm for some shape: those products keep the tiled kernel
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Algo> algos;  // by (N, K, ldo)
 };
 constexpr size_t kWorkspace = size_t(32) << 20;
 std::mutex g_mutex;
@@ -87,8 +91,8 @@ constexpr int64_t kReferenceRows = 4096;
 bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_t& algo) {
   const auto key = std::make_tuple(N, K, ldo);
   if (auto it = s.algos.find(key); it != s.algos.end()) {
-    algo = it->second;
-    return true;
+    algo = it->second.algo;
+    return it->second.found;
   }
   Descs d(kReferenceRows, N, K, ldo);
   cublasLtMatmulPreference_t pref = nullptr;
@@ -110,10 +114,10 @@ bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found < 1) return false;
-  s.algos.emplace(key, res.algo);
+  const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  s.algos.emplace(key, LtState::Algo{ok, res.algo});
   algo = res.algo;
-  return true;
+  return ok;
 }
 
 // x [m, K] f32 (row pitch ldx) as bf16 [m, K], dense: rows over the grid's y, k over its x.
@@ -181,7 +185,7 @@ bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out) {
   std::lock_guard<std::mutex> lock(g_mutex);
   LtState& s = lt_state();
   cublasLtMatmulAlgo_t algo;
-  return !s.failed && algo_for(s, w.rows(), w.cols(), out.stride[0], algo);
+  return algo_for(s, w.rows(), w.cols(), out.stride[0], algo);
 }
 
 void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {

@@ -151,16 +151,18 @@ call16() {
   timeout 300 tools/gpu/check.sh cublas 2>&1 | grep -vE "^\s*$"
 }
 # The prefill rows by cuBLASLt (matmul_cublas.cu, thirty-third slice; HIBANA_CUDA_CUBLAS_PREFILL,
-# off by default), from the carried default build: every CUDA test, the model and engine tests
-# with it on, then the 8k-token prefill of both shapes with it and without, timed per op.
+# off by default; 1: one bf16 term of the activations, 3: three), from the carried default
+# build: its tests, the model and engine tests with each on, the 8k-token prefill of both shapes
+# each way and without, then every CUDA test.
 call17() {
   use_prebuilt orig || return 1
   timeout 60 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*' --gtest_brief=1 2>&1 |
     grep -E "Failure|Expected|Which|PASSED|FAILED|SKIPPED|bits|rows" | head -20
   KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=1 timeout 90 tools/gpu/check.sh tests-knobs 2>&1 | tail -12
+  KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=3 timeout 90 tools/gpu/check.sh tests-knobs 2>&1 | tail -12
   local v c
   for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
-    for v in 1 0; do
+    for v in 1 3 0; do
       set -- $c
       echo "$1, HIBANA_CUDA_CUBLAS_PREFILL=$v"
       HIBANA_CUDA_CUBLAS_PREFILL=$v HIBANA_CUDA_TIMING=1 timeout 45 $B/hibana bench prefill \

@@ -1,6 +1,8 @@
 // Prefill products by cuBLASLt (Backend::set_prefill_rows): the rows of a pass's prefill
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
-// scales first), f32 accumulation and output. The tiled kernel keeps every path's bits by
+// scales first), f32 accumulation and output. HIBANA_CUDA_CUBLAS_PREFILL=1 rounds the
+// activations to one bf16 term; =3 carries their three terms, as the decode kernels do, in
+// three products into the same output (three times the work). The tiled kernel keeps every path's bits by
 // carrying the activations' three bf16 terms at ~75 TFLOP/s on an H100; cuBLASLt runs these
 // shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
 //
@@ -120,14 +122,25 @@ bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_
   return ok;
 }
 
-// x [m, K] f32 (row pitch ldx) as bf16 [m, K], dense: rows over the grid's y, k over its x.
+// x [m, K] f32 (row pitch ldx) as kTerms dense bf16 planes [m, K]: the value rounded (h), then
+// (kTerms 3) what it leaves (m = x - h rounded) and what those two leave (l), the decode
+// kernels' three terms. Rows over the grid's y, k over its x.
+template <int kTerms>
 __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t m, int64_t K,
                                __nv_bfloat16* out) {
   pdl_start();
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K;
          k += int64_t(gridDim.x) * blockDim.x) {
-      out[r * K + k] = __float2bfloat16_rn(x[r * ldx + k]);
+      const float v = x[r * ldx + k];
+      const __nv_bfloat16 h = __float2bfloat16_rn(v);
+      out[r * K + k] = h;
+      if constexpr (kTerms == 3) {
+        const float rest = v - __bfloat162float(h);
+        const __nv_bfloat16 mid = __float2bfloat16_rn(rest);
+        out[m * K + r * K + k] = mid;
+        out[2 * m * K + r * K + k] = __float2bfloat16_rn(rest - __bfloat162float(mid));
+      }
     }
   }
 }
@@ -169,8 +182,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+namespace {
+// The activations' bf16 terms the products carry (HIBANA_CUDA_CUBLAS_PREFILL): 0 (off), 1 or 3.
+int cublas_terms() {
+  if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", false)) return 0;
+  return knob("HIBANA_CUDA_CUBLAS_PREFILL", 1) == 3 ? 3 : 1;
+}
+}  // namespace
+
 bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out) {
-  if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", false)) return false;
+  if (cublas_terms() == 0) return false;
   const DType t = w.w.dtype;
   if (t != DType::bf16 && t != DType::f8_e4m3) return false;
   if (t == DType::bf16 && !w.scale.empty()) return false;
@@ -192,9 +213,10 @@ void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0], N = w.rows(), K = w.cols(), ldo = out.stride[0];
   if (m == 0) return;
   check(aligned16(out.data), ErrorKind::internal, "matmul_cublas: the output is not aligned");
-  Scratch xb(static_cast<size_t>(m * K) * 2, true);
-  launch_pdl(to_bf16_kernel, grid_for(m, K), dim3(256), 0, x.ptr<float>(), x.stride[0], m,
-             K, xb.as<__nv_bfloat16>());
+  const int terms = cublas_terms();
+  Scratch xb(static_cast<size_t>(terms * m * K) * 2, true);
+  launch_pdl(terms == 3 ? to_bf16_kernel<3> : to_bf16_kernel<1>, grid_for(m, K), dim3(256), 0,
+             x.ptr<float>(), x.stride[0], m, K, xb.as<__nv_bfloat16>());
   launched("to_bf16_kernel");
   // bf16 weights as they are where dense and aligned; fp8 (and the others) expanded.
   const bool fp8 = w.w.dtype == DType::f8_e4m3;
@@ -217,10 +239,15 @@ void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   check(algo_for(s, N, K, ldo, algo), ErrorKind::internal,
         "matmul_cublas: no cuBLASLt algorithm (cublas_takes was not asked)");
   Descs d(m, N, K, ldo);
-  const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(s.handle, d.op, &alpha, wptr, d.a, xb.as<void>(), d.b, &beta,
-                          out.data, d.c, out.data, d.c, &algo, s.workspace, kWorkspace, stream()),
-           "cublasLtMatmul");
+  // Three terms: the smallest first, each product added to the sum so far (beta 1).
+  const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
+  for (int t = terms - 1; t >= 0; --t) {
+    const void* xt = xb.as<__nv_bfloat16>() + t * m * K;
+    check_lt(cublasLtMatmul(s.handle, d.op, &alpha, wptr, d.a, xt, d.b,
+                            t == terms - 1 ? &zero : &one, out.data, d.c, out.data, d.c, &algo,
+                            s.workspace, kWorkspace, stream()),
+             "cublasLtMatmul");
+  }
 }
 
 }  // namespace hibana::cuda

@@ -2,8 +2,8 @@
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
 // scales first), f32 accumulation and output. HIBANA_CUDA_CUBLAS_PREFILL=1 rounds the
 // activations to one bf16 term; =3 carries their three terms, as the decode kernels do, in
-// three products into the same output (three times the work). The tiled kernel keeps every path's bits by
-// carrying the activations' three bf16 terms at ~75 TFLOP/s on an H100; cuBLASLt runs these
+// three products into the same output (three times the work). The tiled kernel keeps every
+// path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt runs these
 // shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
 //
 // The bits of a row must not depend on how many rows the product has (the pass's other

@@ -123,4 +123,18 @@ std::vector<Backend::RowRange> prefill_rows(const std::vector<SeqDesc>& seqs, Gd
   return rows;
 }
 
+ScopedPrefillRows::ScopedPrefillRows(Backend& be, const std::vector<SeqDesc>& seqs, GdnMode mode)
+    : be_(be) {
+  std::vector<Backend::RowRange> rows = prefill_rows(seqs, mode);
+  if (rows.empty()) return;
+  int64_t tokens = 0;
+  for (const SeqDesc& s : seqs) tokens += s.n;
+  be_.set_prefill_rows(tokens, std::move(rows));
+  set_ = true;
+}
+
+ScopedPrefillRows::~ScopedPrefillRows() {
+  if (set_) be_.set_prefill_rows(0, {});
+}
+
 }  // namespace hibana

@@ -38,4 +38,17 @@ LayoutStorage build_layout(const std::vector<SeqDesc>& seqs, const StateViews& s
 // GdnMode::recurrent, where any split of a prompt must give the same bits.
 std::vector<Backend::RowRange> prefill_rows(const std::vector<SeqDesc>& seqs, GdnMode mode);
 
+// Those rows set on a backend for as long as it lives (a pass's layers), cleared after.
+class ScopedPrefillRows {
+ public:
+  ScopedPrefillRows(Backend& be, const std::vector<SeqDesc>& seqs, GdnMode mode);
+  ~ScopedPrefillRows();
+  ScopedPrefillRows(const ScopedPrefillRows&) = delete;
+  ScopedPrefillRows& operator=(const ScopedPrefillRows&) = delete;
+
+ private:
+  Backend& be_;
+  bool set_ = false;
+};
+
 }  // namespace hibana

@@ -364,29 +364,6 @@ bool move_here(BlockMover* mover, const BlockMove& m, const StateViews& state) {
     return false;
   }
 }
-
-// The pass's prefill rows (Backend::set_prefill_rows, layout.h's prefill_rows) for as long as
-// it lives.
-class PrefillRows {
- public:
-  PrefillRows(Backend& be, const std::vector<SeqDesc>& seqs, GdnMode mode) : be_(be) {
-    std::vector<Backend::RowRange> rows = prefill_rows(seqs, mode);
-    if (rows.empty()) return;
-    int64_t tokens = 0;
-    for (const SeqDesc& s : seqs) tokens += s.n;
-    be_.set_prefill_rows(tokens, std::move(rows));
-    set_ = true;
-  }
-  ~PrefillRows() {
-    if (set_) be_.set_prefill_rows(0, {});
-  }
-  PrefillRows(const PrefillRows&) = delete;
-  PrefillRows& operator=(const PrefillRows&) = delete;
-
- private:
-  Backend& be_;
-  bool set_ = false;
-};
 }  // namespace
 
 bool Model::move_block(const StateViews& state, BlockMover& mover, const BlockMove& m) const {
@@ -468,7 +445,7 @@ void Model::forward_pass(std::span<const SequenceInput> seqs, const StateViews& 
   OwnedTensor x = make_tensor(DType::f32, {T, H}, dev);
   embed(tokens, x.tensor);
   {
-    const PrefillRows prefill(be, desc, options.gdn_mode);
+    const ScopedPrefillRows prefill(be, desc, options.gdn_mode);
     layers::decoder_layers(layer_config(), weights_.layers, be, x.tensor, ls.layout, state,
                            layer_comm());
   }
@@ -576,49 +553,6 @@ void Model::mtp_pass(std::span<const MtpInput> seqs, const StateViews& state,
   ForwardOptions mtp_rows;
   mtp_rows.want_hidden = true;
   project_rows(config_, weights_.lm_head, m.norm, be, x.tensor, rows, mtp_rows, tp_.get(), out);
-}
-
-int64_t Model::parameter_count() const {
-  int64_t n = 0;
-  auto layer = [&](const LayerWeights& l) {
-    for_each_matrix(l, [&](const Weight& w, MatrixRole) { n += w.rows() * w.cols(); });
-    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.attn.q_norm, &l.attn.k_norm,
-                            &l.gdn.conv, &l.gdn.A_log, &l.gdn.dt_bias, &l.gdn.norm}) {
-      if (!t->empty()) n += t->numel();
-    }
-  };
-  n += weights_.embed.rows() * weights_.embed.cols() + weights_.final_norm.numel();
-  if (weights_.lm_head.w.data != weights_.embed.w.data) {
-    n += weights_.lm_head.rows() * weights_.lm_head.cols();
-  }
-  for (const LayerWeights& l : weights_.layers) layer(l);
-  if (weights_.mtp) {
-    const MtpWeights& m = *weights_.mtp;
-    n += m.fc.rows() * m.fc.cols() + m.pre_fc_norm_embedding.numel() +
-         m.pre_fc_norm_hidden.numel() + m.norm.numel();
-    layer(m.layer);
-  }
-  return n;
-}
-
-size_t Model::bytes_per_token() const {
-  // One embedding row, every dense matrix, experts_per_token of each MoE layer's experts (they
-  // are equal in size; with expert parallelism the rank's expected share of them), and the
-  // lm_head.
-  size_t b = weights_.embed.nbytes() / static_cast<size_t>(config_.vocab_size);
-  b += weights_.lm_head.nbytes();
-  for (const LayerWeights& l : weights_.layers) {
-    size_t experts = 0;
-    for_each_matrix(l, [&](const Weight& w, MatrixRole role) {
-      if (role == MatrixRole::dense) b += w.nbytes(); else experts += w.nbytes();
-    });
-    if (!l.moe.experts.gate.empty()) {
-      const size_t one = experts / l.moe.experts.gate.size();
-      b += one * static_cast<size_t>(config_.experts_per_token) * l.moe.experts.gate.size() /
-           static_cast<size_t>(config_.num_experts);
-    }
-  }
-  return b;
 }
 
 }  // namespace hibana

@@ -385,7 +385,6 @@ stage_edit_sweep() {
   local f=${FILE:-src/backend/cuda/gemv_kernel.cuh} label expr labels=""
   : "${EDITS:?EDITS=\"LABEL SED\" lines}"
   cp $f $B/edit_sweep.orig
-  rm -f "$OUT/ab.txt" "$OUT/ab_failed.txt"
   while read -r label expr; do
     [ -n "$label" ] || continue
     labels="$label $labels"
@@ -399,17 +398,13 @@ stage_edit_sweep() {
     cp $B/hibana $B/hibana_$label
   done <<<"$(echo "$EDITS" | tac)"
   cp $B/edit_sweep.orig $f
-  configs | while read -r cfg dt; do
-    for _ in $(seq 1 ${ROUNDS:-2}); do
-      for label in $labels; do bench_tagged "$label" $B/hibana_$label "$cfg" "$dt" >/dev/null; done
-    done
-  done
-  ab_summary
+  BINS=$(for label in $labels; do printf '%s=%s ' "$label" "$B/hibana_$label"; done) stage_bins
 }
 
-# Binaries built elsewhere (tools/gpu/prebuild.sh on a machine without a GPU: no build time
-# here) benchmarked alternately: BINS="LABEL=PATH ..." (the first is the reference), ROUNDS
-# rounds on the CONFIGS. Fails at once, saying why, where one of them does not start here.
+# Binaries benchmarked alternately — edit-sweep's builds, or ones built elsewhere
+# (tools/gpu/prebuild.sh on a machine without a GPU: no build time here): BINS="LABEL=PATH ..."
+# (the first is the reference), ROUNDS rounds on the CONFIGS. Fails at once, saying why, where
+# one of them does not start here.
 stage_bins() {
   local b
   : "${BINS:?BINS=\"LABEL=PATH ...\"}"

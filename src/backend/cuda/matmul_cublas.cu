@@ -116,7 +116,14 @@ bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  // (The mask should keep split-K out; an algorithm that splits K anyway is refused.)
+  int32_t splits = 1;
+  size_t written = 0;
+  const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                  cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                       &splits, sizeof(splits), &written) ==
+                      CUBLAS_STATUS_SUCCESS &&
+                  splits <= 1;
   s.algos.emplace(key, LtState::Algo{ok, res.algo});
   algo = res.algo;
   return ok;

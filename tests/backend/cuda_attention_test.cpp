@@ -2,12 +2,13 @@
 // kernel takes per round trip, at head_dims with and without a compiled variant, and the promise
 // that a token's output has the same bits whichever kernel served it (decoded alone, in a
 // prefill chunk, with fewer K/V tiles in flight, with shorter splits), and the output gate
-// applied in the merge. Skipped without a GPU.
+// applied in the merge; whole prefill blocks on tensor cores beside them. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -358,6 +359,75 @@ void CudaAttention::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
       EXPECT_TRUE(same_as_batch(s, t, 1)) << "sequence " << s << " token " << t << " alone";
   }
   EXPECT_TRUE(same_as_batch(2, 101, 150)) << "a chunk of the long sequence";
+}
+
+// Whole prefill blocks on tensor cores (attention_mma.cu: HIBANA_CUDA_MMA_ATTENTION 1, one bf16
+// term of each operand, and 3, two): Qwen3-8B's heads (group 4, head_dim 128), Qwen3-Next's (8,
+// 256) and a group of 2 at 64. Two sequences (300 and 200 tokens) in one pass whose prefill rows
+// are [64, 256) of the first and [364, 492), the second's positions [64, 192): those rows
+// within bf16's rounding of the split kernels' outputs (which are within 1e-5 of the CPU's), and
+// not their bits; the other rows exactly their bits; the same rows' bits again in a pass of the
+// first sequence's tokens [128, 300) alone (its prefill rows [0, 128)); the output gate. With the
+// switch off (the default) every row has the split kernels' bits.
+TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
+  for (auto [heads, kvh, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}, {4, 2, 64}}) {
+    SCOPED_TRACE("heads " + std::to_string(heads) + ", head_dim " + std::to_string(hd));
+    const Sequences s({300, 200}, 16);
+    const BatchLayout dev = layout_of(s, true, whole(s));
+    const AttentionBatch all =
+        attention_batch(heads, kvh, hd, s.pages, s.page, 41, layout_of(s, false, whole(s)), dev);
+    const int64_t T = s.tokens(), W = heads * hd;
+    const std::vector<Backend::RowRange> blocks{{64, 256}, {364, 492}};
+    auto rows_of = [W](const std::vector<float>& x, int64_t b, int64_t e) {
+      return std::vector<float>(x.begin() + b * W, x.begin() + e * W);
+    };
+    auto run = [&](const Tensor& q, const BatchLayout& l, std::vector<Backend::RowRange> rows,
+                   const Tensor* gate = nullptr) {
+      Tensor out = device_f32(l.num_tokens, W);
+      gpu->set_prefill_rows(l.num_tokens, std::move(rows));
+      if (gate) {
+        gpu->attention_gated(q, heads, all.kd, all.vd, 0.125f, l, *gate, out);
+      } else {
+        gpu->attention(q, heads, all.kd, all.vd, 0.125f, l, out);
+      }
+      gpu->set_prefill_rows(0, {});
+      return download(out);
+    };
+    {
+      test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", nullptr);
+      EXPECT_TRUE(same_bits(run(all.qd, dev, blocks), all.got)) << "switch off";
+    }
+    for (const char* terms : {"1", "3"}) {
+      SCOPED_TRACE(std::string("terms ") + terms);
+      test::ScopedEnv on("HIBANA_CUDA_MMA_ATTENTION", terms);
+      const std::vector<float> got = run(all.qd, dev, blocks);
+      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 64}, {256, 364}, {492, T}})
+        EXPECT_TRUE(same_bits(rows_of(got, b, e), rows_of(all.got, b, e))) << "rows " << b;
+      const float bound = terms[0] == '1' ? 3e-2f : 2e-4f;
+      for (const Backend::RowRange& r : blocks) {
+        const std::vector<float> mine = rows_of(got, r.begin, r.end);
+        const std::vector<float> split = rows_of(all.got, r.begin, r.end);
+        EXPECT_FALSE(same_bits(mine, split)) << "rows " << r.begin << " took the tensor cores";
+        const float diff = max_abs_diff(mine, split);
+        EXPECT_LT(diff, bound) << "rows " << r.begin;
+        std::printf("[ mma attention ] terms %s, head_dim %ld, rows %ld: max |diff| %.3g\n",
+                    terms, static_cast<long>(hd), static_cast<long>(r.begin), diff);
+      }
+      const std::vector<float> alone = run(all.qd.slice_rows(128, 300),
+                                           layout_of(s, true, {{0, 128, 172}}), {{0, 128}});
+      EXPECT_TRUE(same_bits(rows_of(alone, 0, 128), rows_of(got, 128, 256))) << "another pass";
+      const std::vector<float> g = randn(T * W, 43);
+      const Tensor gd = upload(g.data(), DType::f32, {T, W});
+      for (const char* fused : {"0", "1"}) {
+        test::ScopedEnv gate_env("HIBANA_CUDA_FUSED_ATTENTION_GATE", fused);
+        const std::vector<float> gated = run(all.qd, dev, blocks, &gd);
+        std::vector<float> want = got;
+        for (size_t i = 0; i < want.size(); ++i) want[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+        EXPECT_LT(max_abs_diff(gated, want), 1e-5f) << "gate, fused " << fused;
+      }
+    }
+  }
 }
 
 }  // namespace

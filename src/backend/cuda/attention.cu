@@ -422,7 +422,8 @@ void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
 }
 
 void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
-               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate) {
+               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate,
+               const std::vector<Backend::RowRange>* prefill_rows) {
   const int64_t kv_heads = k_pages.shape[1], page = k_pages.shape[2], hd = k_pages.shape[3];
   check(!gate || (gate->shape[0] == out.shape[0] && gate->shape[1] == out.shape[1]),
         ErrorKind::internal, "attention: the gate must have the output's shape");
@@ -461,8 +462,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       for (int64_t d : {0, 64, 128, 256}) {
         for (int heads_per_warp : {1, 2}) {
           if (SplitKernel k = split_kernel(stages, d, heads_per_warp)) {
-            HIBANA_CUDA(
-                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+            HIBANA_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
           }
         }
       }
@@ -487,8 +487,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
   if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
-  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
-    const int64_t n = std::min(chunk, T - t0);
+  auto params = [&](int64_t t0, int64_t n) {
     AttnParams p{};
     p.q = q.ptr<float>();
     p.ldq = ld(q);
@@ -512,32 +511,50 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
-    if (qb > 0) {
-      tiled_launch(p, block_start->as<int32_t>());
-    } else {
-      dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
-                static_cast<unsigned>(max_splits));
-      // Two query heads a warp where the group is even and the head_dim compiled: by default
-      // for groups of 8 or more, whose 8 warps each read every K and V row from shared memory
-      // (the 80B's, 16 heads on 2: 1.015 at batch 1, 1.012 at 8; the 8B's group of 4: 1.001
-      // and 0.992, H100, docs/benchmarks.md, twenty-sixth slice).
-      // HIBANA_CUDA_ATTENTION_HEADS_PER_WARP 1: never, 2: for any even group (read at every
-      // launch; the bits do not depend on it).
-      const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
-      const bool two = group % 2 == 0 &&
-                       (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8));
-      SplitKernel kernel = two ? split_kernel(stages, hd, 2) : nullptr;  // (null: no variant)
-      const int per_warp = kernel ? 2 : 1;
-      if (!kernel) kernel = split_kernel(stages, hd, 1);
-      launch_pdl(kernel, grid, static_cast<unsigned>(group / per_warp * 32), smem, p);
-      launched("attention_split_kernel");
+    return p;
+  };
+  // Rows [r0, r1) by the split kernels and the merge.
+  auto split_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = r0; t0 < r1; t0 += chunk) {
+      const int64_t n = std::min(chunk, r1 - t0);
+      const AttnParams p = params(t0, n);
+      if (qb > 0) {
+        tiled_launch(p, block_start->as<int32_t>());
+      } else {
+        dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
+                  static_cast<unsigned>(max_splits));
+        // Two query heads a warp where the group is even and the head_dim compiled: by default
+        // for groups of 8 or more, whose 8 warps each read every K and V row from shared memory
+        // (the 80B's, 16 heads on 2: 1.015 at batch 1, 1.012 at 8; the 8B's group of 4: 1.001
+        // and 0.992, H100, docs/benchmarks.md, twenty-sixth slice).
+        // HIBANA_CUDA_ATTENTION_HEADS_PER_WARP 1: never, 2: for any even group (read at every
+        // launch; the bits do not depend on it).
+        const int64_t asked_per_warp = knob("HIBANA_CUDA_ATTENTION_HEADS_PER_WARP", 0);
+        const bool two =
+            group % 2 == 0 && (asked_per_warp == 2 || (asked_per_warp != 1 && group >= 8));
+        SplitKernel kernel = two ? split_kernel(stages, hd, 2) : nullptr;  // (null: no variant)
+        const int per_warp = kernel ? 2 : 1;
+        if (!kernel) kernel = split_kernel(stages, hd, 1);
+        launch_pdl(kernel, grid, static_cast<unsigned>(group / per_warp * 32), smem, p);
+        launched("attention_split_kernel");
+      }
+      launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
+                 partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
+                 split, out.ptr<float>(), ld(out), gate ? gate->ptr<float>() : nullptr,
+                 gate ? ld(*gate) : int64_t{0});
+      launched("attention_merge_kernel");
     }
-    launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
-               partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
-               split, out.ptr<float>(), ld(out), gate ? gate->ptr<float>() : nullptr,
-               gate ? ld(*gate) : int64_t{0});
-    launched("attention_merge_kernel");
+  };
+  const int terms = prefill_rows && !prefill_rows->empty() ? mma_attention_terms() : 0;
+  if (terms == 0 || !mma_takes(hd, group, terms)) return split_rows(0, T);
+  int64_t row = 0;
+  for (const Backend::RowRange& r : *prefill_rows) {
+    split_rows(row, r.begin);
+    mma_launch(params(0, T), r.begin, r.end - r.begin, terms, out.ptr<float>(), ld(out),
+               gate ? gate->ptr<float>() : nullptr, gate ? ld(*gate) : int64_t{0});
+    row = r.end;
   }
+  split_rows(row, T);
 }
 
 }  // namespace hibana::cuda

@@ -408,7 +408,8 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
                  float scale, const BatchLayout& layout, Tensor out) override {
     Timed timed(timer_, "attention");
-    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out);
+    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out, nullptr,
+                    pass_rows(layout.num_tokens));
   }
   void attention_gated(const Tensor& q, int64_t heads, const Tensor& k_pages,
                        const Tensor& v_pages, float scale, const BatchLayout& layout,
@@ -417,7 +418,8 @@ class CudaBackend final : public Backend {
       return Backend::attention_gated(q, heads, k_pages, v_pages, scale, layout, gate, out);
     }
     Timed timed(timer_, "attention_gated");
-    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out, &gate);
+    cuda::attention(q, heads, k_pages, v_pages, scale, layout, out, &gate,
+                    pass_rows(layout.num_tokens));
   }
   void gdn_conv(const Tensor& x, const Tensor& w, Tensor conv_states, const BatchLayout& layout,
                 Tensor out) override {
@@ -504,6 +506,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The pass's prefill rows for an op over `tokens` rows: null unless they are the pass's.
+  const std::vector<RowRange>* pass_rows(int64_t tokens) const {
+    return prefill_tokens_ > 0 && tokens == prefill_tokens_ ? &prefill_rows_ : nullptr;
+  }
   // A product over the pass's rows: its prefill rows by cuBLASLt, the rows between them by the
   // decode kernels (each row's bits whatever the others).
   void matmul_prefill_rows(const Tensor& x, const Weight& w, Tensor out) {

@@ -1,7 +1,8 @@
-// Private to the tensor-core matmul files (matmul_mma.cu for small batches, matmul_tiled.cu for
-// large ones): the mma instruction, the three-term bf16 split of f32 activations and the A
-// fragment of a lane's 16 weight bytes. Both kernels build every output element from the same
-// sequence of these, which is what makes a token's bits independent of its batch.
+// Private to the tensor-core files (matmul_mma.cu for small batches, matmul_tiled.cu for large
+// ones, attention_mma.cu for prefill attention): the mma instruction, the three-term bf16 split
+// of f32 activations and the A fragment of a lane's 16 weight bytes. The matmul kernels build
+// every output element from the same sequence of these, which is what makes a token's bits
+// independent of its batch.
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -27,6 +28,19 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 __device__ __forceinline__ void ldmatrix_x2(unsigned row, uint32_t (&r)[2]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
+               : "r"(row));
+}
+
+// Four 8x8 b16 matrices: lanes 8i to 8i + 7 give the rows of matrix i; lane (g, t) gets each
+// matrix's row g, elements 2t and 2t + 1 (with .trans: its column g, rows 2t and 2t + 1).
+__device__ __forceinline__ void ldmatrix_x4(unsigned row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(row));
 }
 

@@ -97,9 +97,12 @@ void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
 // attention.cu
 void store_kv(const Tensor& k, const Tensor& v, Tensor k_pages, Tensor v_pages,
               const BatchLayout& layout);
-// With a gate: out *= sigmoid(gate) in the merge kernel (mul_sigmoid's bits).
+// With a gate: out *= sigmoid(gate) in the merge kernel (mul_sigmoid's bits). With the pass's
+// prefill rows (Backend::set_prefill_rows) and HIBANA_CUDA_MMA_ATTENTION on, those rows on
+// tensor cores (attention_mma.cu), the others by the split kernels.
 void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tensor& v_pages,
-               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate = nullptr);
+               float scale, const BatchLayout& layout, Tensor out, const Tensor* gate = nullptr,
+               const std::vector<Backend::RowRange>* prefill_rows = nullptr);
 
 // attention_prep.cu: the fused norms, rope and store_kv where the shapes allow it.
 bool attention_prep_fits(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,

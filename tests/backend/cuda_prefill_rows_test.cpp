@@ -1,9 +1,12 @@
 // The prefill rows of a pass (Backend::set_prefill_rows) by cuBLASLt: within bf16's rounding of
 // the CPU's product; the other rows with the decode kernels' bits; a row's bits the same
 // whatever the pass around it; and none of it outside a pass or with the switch off
-// (HIBANA_CUDA_CUBLAS_PREFILL, off by default until measured). Skipped without a GPU.
+// (HIBANA_CUDA_CUBLAS_PREFILL, off by default until measured); the MoE experts' rows of prefill
+// tokens with one bf16 term of the activations (HIBANA_CUDA_GROUPED_PREFILL, likewise). Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -124,6 +127,71 @@ TEST_F(CudaPrefillRows, OnlyThePassesRowsAndOnlyWithTheSwitchOn) {
   gpu->matmul(xd.slice_rows(0, 64), w.dev, out);  // 64 rows of a 128-row pass: not the pass's
   gpu->set_prefill_rows(0, {});
   EXPECT_TRUE(same_rows(download(out), 0, exact, 0, 64, N));
+}
+
+// The MoE experts' rows of a pass's prefill tokens with HIBANA_CUDA_GROUPED_PREFILL=1 carry one
+// bf16 term of the activations (the tiled kernel, mm::Params::one_term): within 2% of the
+// largest output of the three-term product, not its bits; the other tokens' outputs exactly the
+// bits they have with the switch off (or with it on and no prefill rows); and a prefill token's
+// output the same in a pass of prefill tokens alone, whose experts' tiles hold no other rows
+// (the tiles that skip the other terms' products) as in the full pass, whose tiles mix both.
+// bf16 and fp8 experts, 300 tokens x 2 of 8 experts.
+TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryOneTerm) {
+  const int64_t E = 8, k = 2, H = 256, I = 128, T = 300;
+  const std::vector<float> x = randn(T * H, 31);
+  std::vector<int32_t> ids(T * k);
+  std::vector<float> wts(T * k);
+  for (int64_t t = 0; t < T; ++t) {
+    ids[t * k] = static_cast<int32_t>(t % E);
+    ids[t * k + 1] = static_cast<int32_t>((t % E + 1 + (t / E) % (E - 1)) % E);
+    wts[t * k] = 0.625f;
+    wts[t * k + 1] = 0.375f;
+  }
+  const Tensor xd = upload(x.data(), DType::f32, {T, H});
+  const Tensor idd = upload(ids.data(), DType::i32, {T, k});
+  const Tensor wd = upload(wts.data(), DType::f32, {T, k});
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<TestWeight> keep;
+    ExpertWeights dev;
+    for (int64_t e = 0; e < E; ++e) {
+      keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(40 + 3 * e)));
+      keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(41 + 3 * e)));
+      keep.push_back(make_weight(*this, dtype, H, I, static_cast<uint32_t>(42 + 3 * e)));
+      dev.gate.push_back(keep[keep.size() - 3].dev);
+      dev.up.push_back(keep[keep.size() - 2].dev);
+      dev.down.push_back(keep.back().dev);
+    }
+    // Tokens [b, e) through the experts, the pass's prefill rows `rows`.
+    auto moe = [&](int64_t b, int64_t e, std::vector<Backend::RowRange> rows) {
+      Tensor out = device_f32(e - b, H, std::nanf(""));
+      gpu->set_prefill_rows(e - b, std::move(rows));
+      gpu->moe_experts(xd.slice_rows(b, e), idd.slice_rows(b, e), wd.slice_rows(b, e), dev, out);
+      gpu->set_prefill_rows(0, {});
+      return download(out);
+    };
+    const std::vector<float> exact = moe(0, T, {});
+    const std::vector<Backend::RowRange> blocks{{64, 192}, {256, 300}};
+    {
+      ScopedEnv off("HIBANA_CUDA_GROUPED_PREFILL", "0");
+      EXPECT_TRUE(same_rows(moe(0, T, blocks), 0, exact, 0, T, H)) << "switch off";
+    }
+    ScopedEnv on("HIBANA_CUDA_GROUPED_PREFILL", "1");
+    EXPECT_TRUE(same_rows(moe(0, T, {}), 0, exact, 0, T, H)) << "no prefill rows";
+    const std::vector<float> got = moe(0, T, blocks);
+    EXPECT_TRUE(same_rows(got, 0, exact, 0, 64, H)) << "rows [0, 64)";
+    EXPECT_TRUE(same_rows(got, 192, exact, 192, 64, H)) << "rows [192, 256)";
+    float most = 0.0f, diff = 0.0f;
+    for (const Backend::RowRange& r : blocks) {
+      EXPECT_FALSE(same_rows(got, r.begin, exact, r.begin, r.end - r.begin, H)) << r.begin;
+      for (int64_t i = r.begin * H; i < r.end * H; ++i) {
+        most = std::max(most, std::fabs(exact[i]));
+        diff = std::max(diff, std::fabs(got[i] - exact[i]));
+      }
+    }
+    EXPECT_LT(diff, 0.02f * most);
+    EXPECT_TRUE(same_rows(moe(64, 192, {{0, 128}}), 0, got, 64, 128, H)) << "prefill rows alone";
+  }
 }
 
 }  // namespace

@@ -151,30 +151,31 @@ call16() {
   timeout 300 tools/gpu/check.sh cublas 2>&1 | grep -vE "^\s*$"
 }
 # The prefill rows by cuBLASLt (matmul_cublas.cu, thirty-third slice; HIBANA_CUDA_CUBLAS_PREFILL,
-# off by default; 1: one bf16 term of the activations, 3: three) and their attention on tensor
+# off by default; 1: one bf16 term of the activations, 3: three), their attention on tensor
 # cores (attention_mma.cu, thirty-fourth; HIBANA_CUDA_MMA_ATTENTION, off; 1: one bf16 term of
-# each operand, 3: two), from the carried default build: their tests, every CUDA test, the model
-# and engine tests with both on, then the 8k-token prefill of both shapes each way.
+# each operand, 3: two) and their MoE experts' rows with one term (HIBANA_CUDA_GROUPED_PREFILL,
+# off), from the carried default build: their tests, the 8k-token prefill of both shapes each
+# way, every CUDA test, then the model and engine tests with all three on.
 call17() {
   use_prebuilt orig || return 1
   timeout 90 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*:CudaAttention.PrefillBlocks*' \
     --gtest_brief=1 2>&1 | grep -E "Failure|Expected|Which|PASSED|FAILED|SKIPPED|bits|rows|mma" |
     head -40
-  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -8
   local v c
-  for v in 1 3; do
-    KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=$v HIBANA_CUDA_MMA_ATTENTION=$v" timeout 120 \
-      tools/gpu/check.sh tests-knobs 2>&1 | tail -10
-  done
   for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
-    for v in "0 0" "1 0" "1 1" "3 3"; do
+    for v in "0 0 0" "1 0 0" "1 1 0" "1 1 1" "3 3 1"; do
       set -- $c $v
-      echo "$1, HIBANA_CUDA_CUBLAS_PREFILL=$3 HIBANA_CUDA_MMA_ATTENTION=$4"
-      HIBANA_CUDA_CUBLAS_PREFILL=$3 HIBANA_CUDA_MMA_ATTENTION=$4 HIBANA_CUDA_TIMING=1 timeout 40 \
-        $B/hibana bench prefill --device cuda --load-format dummy --config bench/configs/$1.json \
-        --dtype $2 --prompt-tokens 8192 2>&1 |
-        grep -E "prefill [0-9]+ tokens|matmul|attention|error" | head -8
+      echo "$1: CUBLAS_PREFILL=$3 MMA_ATTENTION=$4 GROUPED_PREFILL=$5"
+      HIBANA_CUDA_CUBLAS_PREFILL=$3 HIBANA_CUDA_MMA_ATTENTION=$4 HIBANA_CUDA_GROUPED_PREFILL=$5 \
+        HIBANA_CUDA_TIMING=1 timeout 40 $B/hibana bench prefill --device cuda --load-format dummy \
+        --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 2>&1 |
+        grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -8
     done
+  done
+  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -8
+  for v in 1 3; do
+    KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=$v HIBANA_CUDA_MMA_ATTENTION=$v HIBANA_CUDA_GROUPED_PREFILL=1" \
+      timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
   done
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -358,6 +359,11 @@ class CudaBackend final : public Backend {
   void set_prefill_rows(int64_t tokens, std::vector<RowRange> rows) override {
     prefill_tokens_ = rows.empty() ? 0 : tokens;
     prefill_rows_ = std::move(rows);
+    prefill_mask_.reset();
+    if (prefill_tokens_ > 0 && grouped_prefill()) {
+      prefill_mask_ = std::make_unique<cuda::Scratch>(static_cast<size_t>(tokens), true);
+      cuda::mark_prefill_tokens(prefill_rows_, tokens, prefill_mask_->as<uint8_t>());
+    }
   }
   void gather_columns(const Tensor& x, const Tensor& index, Tensor out) override {
     Timed timed(timer_, "gather_columns");
@@ -457,7 +463,8 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts, Tensor out) override {
     Timed timed(timer_, "moe_experts");
-    cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch());
+    cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch(),
+                      one_term(x.shape[0]));
   }
   void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                          const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
@@ -475,7 +482,7 @@ class CudaBackend final : public Backend {
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early()});
+                                 shared_expert_early(), one_term(x.shape[0])});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
@@ -506,6 +513,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The pass's prefill tokens' mask (HIBANA_CUDA_GROUPED_PREFILL) for an op over `tokens` rows.
+  const uint8_t* one_term(int64_t tokens) const {
+    return prefill_mask_ && tokens == prefill_tokens_ ? prefill_mask_->as<uint8_t>() : nullptr;
+  }
   // The pass's prefill rows for an op over `tokens` rows: null unless they are the pass's.
   const std::vector<RowRange>* pass_rows(int64_t tokens) const {
     return prefill_tokens_ > 0 && tokens == prefill_tokens_ ? &prefill_rows_ : nullptr;
@@ -535,6 +546,7 @@ class CudaBackend final : public Backend {
   OpTimer timer_;
   int64_t prefill_tokens_ = 0;  // set_prefill_rows: 0 outside a pass with prefill rows
   std::vector<RowRange> prefill_rows_;
+  std::unique_ptr<cuda::Scratch> prefill_mask_;  // one_term's, for the pass
 };
 
 }  // namespace

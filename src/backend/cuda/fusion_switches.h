@@ -17,6 +17,11 @@ inline bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 // On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
 // off. Read at every call.
 inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
+// HIBANA_CUDA_GROUPED_PREFILL: the MoE experts' rows of a pass's prefill tokens
+// (Backend::set_prefill_rows) carry only the activations' first bf16 term, in the tiled kernel
+// (mm::Params::one_term): a third of the products where a tile has no other rows. Off until
+// measured on a GPU. Read when a pass starts.
+inline bool grouped_prefill() { return knob_on("HIBANA_CUDA_GROUPED_PREFILL", false); }
 // HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
 // expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0

@@ -100,6 +100,14 @@ struct Params {
   int64_t ld_split, split_plane;
   // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory).
   int tiled_depth;
+  // Grouped launches (the MoE experts in a pass with prefill rows and HIBANA_CUDA_GROUPED_PREFILL
+  // on; null otherwise): one_term[token] != 0 where the token's rows carry only the activations'
+  // first bf16 term (out row r is token r / token_div's). run_mma gives such a launch wholly to
+  // the tiled kernel, whose tiles of such rows alone skip the other two terms' products; in a
+  // mixed tile their terms are zeros, which add exact zeros: a row's bits do not depend on the
+  // rows beside it.
+  const uint8_t* one_term;
+  int64_t token_div;
 };
 
 // The largest conv kernel the decode matmul applies (its windows sit in registers).

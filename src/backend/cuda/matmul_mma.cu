@@ -313,6 +313,9 @@ bool mma_supports(const Params& p, Elt elt) {
 
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
+  // One-term rows (Params::one_term) only the tiled kernel carries: all its rows go there.
+  if (grouped && p.one_term && tiled_supports(p, elt, true))
+    return run_tiled(p, elt, true, max_rows, groups);
   if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
   if (grouped) {
     // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
@@ -36,8 +37,11 @@ constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
 constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
 constexpr int kThreads = 256;
 constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
-// The kernel's static shared memory: its tile's x and out row numbers.
-constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t));
+// The kernel's static shared memory: its tile's x and out row numbers, its one-term rows.
+// (The flags take a whole 128-byte line, so the dynamic memory after them stays aligned.)
+constexpr int kOneRowBytes = 128;
+static_assert(kTiledTokens <= kOneRowBytes, "a flag a token");
+constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t)) + kOneRowBytes;
 constexpr int kMaxDepth = 3;  // pipeline slots (Params::tiled_depth: 3, or 2 where memory is short)
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
@@ -120,9 +124,25 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
 
   __shared__ int64_t x_row[kTileTokens], o_row[kTileTokens];
-  static_assert(sizeof(x_row) + sizeof(o_row) == kStaticSmem, "depth_for counts them");
+  __shared__ bool one_row[kOneRowBytes];  // (read only where p.one_term is set)
+  static_assert(sizeof(x_row) + sizeof(o_row) + sizeof(one_row) == kStaticSmem,
+                "depth_for counts them");
   fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, x_row, o_row);
   __syncthreads();
+  // One-term rows (Params::one_term; rows past the group count as such): a tile of them alone
+  // runs only the first term's products.
+  bool all_one = false;
+  if constexpr (kGrouped && !kPre) {
+    if (p.one_term) {
+      bool mine = true;
+      if (threadIdx.x < kTileTokens) {
+        const int64_t o = o_row[threadIdx.x];
+        mine = o < 0 || p.one_term[o / p.token_div] != 0;
+        one_row[threadIdx.x] = mine;
+      }
+      all_one = __syncthreads_and(mine);
+    }
+  }
 
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
   const int64_t stages = (p.K + kStageK - 1) / kStageK;
@@ -163,16 +183,20 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
     }
   };
-  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words.
+  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (one-term
+  // rows: h, and zeros; a tile of them alone: h only).
+  const bool some_one = p.one_term != nullptr;
   auto split_stage = [&](int slot) {
     const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
     for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
       const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
       const float4 v = *reinterpret_cast<const float4*>(xs + tok * kStageK + 4 * q);
-      const Split3 a = split3(v.x, v.y), b = split3(v.z, v.w);
+      Split3 a = split3(v.x, v.y), b = split3(v.z, v.w);
       const int w = tok * kTermWords + T::x_word(tok, 2 * q);
       constexpr int kTerm = kTileTokens * kTermWords;
       *reinterpret_cast<uint2*>(split + w) = make_uint2(a.h, b.h);
+      if (all_one) continue;
+      if (some_one && one_row[tok]) a.m = a.l = b.m = b.l = 0u;
       *reinterpret_cast<uint2*>(split + kTerm + w) = make_uint2(a.m, b.m);
       *reinterpret_cast<uint2*>(split + 2 * kTerm + w) = make_uint2(a.l, b.l);
     }
@@ -205,7 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         }
   };
 
-  auto compute = [&](int slot, int64_t k0) {
+  // kOne: the tile's rows are all one-term rows (the m and l products skipped).
+  auto compute = [&](auto one, int slot, int64_t k0) {
+    constexpr bool kOne = decltype(one)::value;
     const unsigned char* ws = smem + slot * T::kStageBytes;
     const int64_t split_begin = k0 / p.split_len * p.split_len;
     const int64_t k_end = min(p.K, split_begin + p.split_len);
@@ -258,6 +284,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
             const int w = tok * kTermWords + T::x_word(tok, word);
             constexpr int kTerm = kTileTokens * kTermWords;
             const uint2 h = *reinterpret_cast<const uint2*>(split + w);
+            if constexpr (kOne) {
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt)
+                mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
+              continue;
+            }
             const uint2 m = *reinterpret_cast<const uint2*>(split + kTerm + w);
             const uint2 l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
 #pragma unroll
@@ -312,7 +344,15 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     if constexpr (!kPre) __syncthreads();  // the split terms are visible
     const int64_t k0 = kt * kStageK;
     if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
-    compute(slot, k0);
+    if constexpr (kGrouped && !kPre) {
+      if (all_one) {
+        compute(std::true_type{}, slot, k0);
+      } else {
+        compute(std::false_type{}, slot, k0);
+      }
+    } else {
+      compute(std::false_type{}, slot, k0);
+    }
     slot = slot + 1 == depth ? 0 : slot + 1;
   }
   end_split(p.K <= p.split_len);
@@ -435,7 +475,7 @@ bool tiled_supports(const Params& p, Elt elt, bool grouped) {
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!presplit(grouped)) {
+  if (!presplit(grouped) || in.one_term) {  // (one-term rows: the in-kernel split only)
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.

@@ -207,6 +207,8 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.tile_start = groups.tile_start();
     p.pair = pair;
     p.routing_ready = !reads_x && f.prefetch_down;
+    p.one_term = f.one_term;
+    p.token_div = k;
     p.x_early = reads_x && f.x_early && T == 1;
     // f.shared_early: the stacked set's last expert is the shared one, at one token the last
     // pair and the last slice
@@ -272,7 +274,8 @@ void check_experts(const ExpertWeights& experts) {
 }  // namespace
 
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down) {
+                 const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down,
+                 const uint8_t* one_term) {
   if (x.shape[0] == 0) return;
   check_experts(experts);
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
@@ -280,6 +283,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   MoeFusions f{};
   f.swiglu = fuse_swiglu;
   f.prefetch_down = prefetch_down;
+  f.one_term = one_term;
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
 }
 
@@ -314,6 +318,40 @@ void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool re
                    static_cast<int64_t>(experts.gate.size()) == logits.shape[1] + 1 &&
                    experts.gate_up.size() == experts.gate.size();
   experts_grouped(x, ids, weights, experts, groups, out, then, g);
+}
+
+namespace {
+constexpr int kMarkRanges = 16;
+struct MarkRanges {
+  int n;
+  int64_t begin[kMarkRanges], end[kMarkRanges];
+};
+__global__ void mark_tokens_kernel(uint8_t* mask, int64_t tokens, MarkRanges r, bool clear) {
+  pdl_start();
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= tokens) return;
+  bool in = false;
+  for (int i = 0; i < r.n; ++i) in = in || (t >= r.begin[i] && t < r.end[i]);
+  if (in) {
+    mask[t] = 1;
+  } else if (clear) {
+    mask[t] = 0;
+  }
+}
+}  // namespace
+
+void mark_prefill_tokens(const std::vector<Backend::RowRange>& rows, int64_t tokens,
+                         uint8_t* mask) {
+  if (tokens == 0) return;
+  for (size_t i0 = 0; i0 == 0 || i0 < rows.size(); i0 += kMarkRanges) {
+    MarkRanges r{};
+    for (size_t i = i0; i < rows.size() && r.n < kMarkRanges; ++i, ++r.n) {
+      r.begin[r.n] = rows[i].begin;
+      r.end[r.n] = rows[i].end;
+    }
+    launch_pdl(mark_tokens_kernel, blocks_for(tokens, 256), 256, 0, mask, tokens, r, i0 == 0);
+    launched("mark_tokens_kernel");
+  }
 }
 
 void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {

@@ -64,7 +64,7 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // routing is older than that kernel).
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false,
-                 bool prefetch_down = false);
+                 bool prefetch_down = false, const uint8_t* one_term = nullptr);
 // moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
 // expert in one launch (where route_group_fits); with `then` (where add_rmsnorm is one wide
@@ -77,9 +77,16 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
+// one_term: the pass's prefill tokens (mark_prefill_tokens), whose rows carry only the
+// activations' first bf16 term (mm::Params::one_term), or null.
 struct MoeFusions {
   bool route, swiglu, prefetch_down, x_early, shared_early;
+  const uint8_t* one_term = nullptr;
 };
+// mask[t] = 1 for the tokens of `rows` (Backend::set_prefill_rows), 0 for the others of
+// `tokens`, on the stream.
+void mark_prefill_tokens(const std::vector<Backend::RowRange>& rows, int64_t tokens,
+                         uint8_t* mask);
 void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                        const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
                        Tensor weights, Tensor out, const Backend::ResidualNorm* then,

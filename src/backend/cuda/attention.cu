@@ -549,6 +549,8 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   if (terms == 0 || !mma_takes(hd, group, terms)) return split_rows(0, T);
   int64_t row = 0;
   for (const Backend::RowRange& r : *prefill_rows) {
+    // (Whole blocks only: a range of another length is not the pass's prefill rows.)
+    if ((r.end - r.begin) % Backend::kPrefillBlock != 0) continue;
     split_rows(row, r.begin);
     mma_launch(params(0, T), r.begin, r.end - r.begin, terms, out.ptr<float>(), ld(out),
                gate ? gate->ptr<float>() : nullptr, gate ? ld(*gate) : int64_t{0});

@@ -532,8 +532,12 @@ class CudaBackend final : public Backend {
     int64_t row = 0;
     for (const RowRange& r : prefill_rows_) {
       rest(row, r.begin);
-      Timed timed(timer_, "matmul_cublas");
-      cuda::matmul_cublas(x.slice_rows(r.begin, r.end), w, out.slice_rows(r.begin, r.end));
+      bool done;
+      {
+        Timed timed(timer_, "matmul_cublas");
+        done = cuda::matmul_cublas(x.slice_rows(r.begin, r.end), w, out.slice_rows(r.begin, r.end));
+      }
+      if (!done) rest(r.begin, r.end);
       row = r.end;
     }
     rest(row, x.shape[0]);

@@ -45,6 +45,8 @@ struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Algo> algos;  // by (N, K, ldo)
+  // Whether the shape's algorithm takes m rows (cublasLtMatmulAlgoCheck), by (N, K, ldo, m).
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, bool> takes_rows;
 };
 constexpr size_t kWorkspace = size_t(32) << 20;
 std::mutex g_mutex;
@@ -216,10 +218,29 @@ bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out) {
   return algo_for(s, w.rows(), w.cols(), out.stride[0], algo);
 }
 
-void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
+bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   const int64_t m = x.shape[0], N = w.rows(), K = w.cols(), ldo = out.stride[0];
-  if (m == 0) return;
+  if (m == 0) return true;
   check(aligned16(out.data), ErrorKind::internal, "matmul_cublas: the output is not aligned");
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    LtState& s = lt_state();
+    const auto key = std::make_tuple(N, K, ldo, m);
+    auto it = s.takes_rows.find(key);
+    if (it == s.takes_rows.end()) {
+      cublasLtMatmulAlgo_t algo;
+      bool ok = algo_for(s, N, K, ldo, algo);
+      if (ok) {
+        Descs d(m, N, K, ldo);
+        cublasLtMatmulHeuristicResult_t res{};
+        ok = cublasLtMatmulAlgoCheck(s.handle, d.op, d.a, d.b, d.c, d.c, &algo, &res) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             res.workspaceSize <= kWorkspace;
+      }
+      it = s.takes_rows.emplace(key, ok).first;
+    }
+    if (!it->second) return false;
+  }
   const int terms = cublas_terms();
   Scratch xb(static_cast<size_t>(terms * m * K) * 2, true);
   launch_pdl(terms == 3 ? to_bf16_kernel<3> : to_bf16_kernel<1>, grid_for(m, K), dim3(256), 0,
@@ -255,6 +276,7 @@ void matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
                             s.workspace, kWorkspace, stream()),
              "cublasLtMatmul");
   }
+  return true;
 }
 
 }  // namespace hibana::cuda

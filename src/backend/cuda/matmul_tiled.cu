@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   };
   // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (one-term
   // rows: h, and zeros; a tile of them alone: h only).
-  const bool some_one = p.one_term != nullptr;
+  const bool some_one = kGrouped && !kPre && p.one_term != nullptr;  // (one_row is set)
   auto split_stage = [&](int slot) {
     const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
     for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
@@ -471,7 +471,9 @@ int depth_of(Elt elt, bool pre) {
 }  // namespace
 
 bool tiled_supports(const Params& p, Elt elt, bool grouped) {
-  return p.vec_x && (!grouped || p.tile_start != nullptr) && depth_of(elt, presplit(grouped)) > 0;
+  // (One-term rows take the in-kernel split whatever presplit says: run_tiled.)
+  return p.vec_x && (!grouped || p.tile_start != nullptr) &&
+         depth_of(elt, presplit(grouped) && !p.one_term) > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {

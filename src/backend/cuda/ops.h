@@ -43,8 +43,10 @@ void matmul(const Tensor& x, const Weight& w, Tensor out);
 // takes this product (bf16 or fp8 weights, f32 activations and outputs with 16-byte rows, an
 // algorithm found; only with HIBANA_CUDA_CUBLAS_PREFILL=1, the activations as one bf16 term, or
 // =3, their three terms: off until measured on a GPU); the output must be 16-byte aligned.
+// matmul_cublas returns false, computing nothing, where the shape's algorithm does not take
+// x's row count (cublasLtMatmulAlgoCheck): those rows are the caller's.
 bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out);
-void matmul_cublas(const Tensor& x, const Weight& w, Tensor out);
+bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out);
 // out = silu(x · gateᵀ) * (x · upᵀ) for w = [gate ; up], in one decode-kernel launch with the
 // bits of matmul then silu_mul, where matmul_swiglu_fits (at most 8 rows, weights with 16-byte
 // rows); the caller checks first, so an op report names only what ran.

@@ -162,9 +162,19 @@ call17() {
   timeout 90 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*:CudaAttention.PrefillBlocks*' \
     --gtest_brief=1 2>&1 | grep -E "Failure|Expected|Which|PASSED|FAILED|SKIPPED|bits|rows|mma" |
     head -40
-  local v c
+  prefill17 "0 0 0" "1 1 1"
+  KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=1 HIBANA_CUDA_MMA_ATTENTION=1 HIBANA_CUDA_GROUPED_PREFILL=1" \
+    timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -8
+  prefill17 "3 3 1"
+  KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=3 HIBANA_CUDA_MMA_ATTENTION=3 HIBANA_CUDA_GROUPED_PREFILL=1" \
+    timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+}
+# prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
+prefill17() {
+  local v c variants=("$@")
   for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
-    for v in "0 0 0" "1 1 1" "3 3 1"; do
+    for v in "${variants[@]}"; do
       set -- $c $v
       echo "$1: CUBLAS_PREFILL=$3 MMA_ATTENTION=$4 GROUPED_PREFILL=$5"
       HIBANA_CUDA_CUBLAS_PREFILL=$3 HIBANA_CUDA_MMA_ATTENTION=$4 HIBANA_CUDA_GROUPED_PREFILL=$5 \
@@ -172,11 +182,6 @@ call17() {
         --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 2>&1 |
         grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -8
     done
-  done
-  timeout 150 tools/gpu/check.sh tests 2>&1 | tail -8
-  for v in 1 3; do
-    KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=$v HIBANA_CUDA_MMA_ATTENTION=$v HIBANA_CUDA_GROUPED_PREFILL=1" \
-      timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
   done
 }
 

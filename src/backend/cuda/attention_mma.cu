@@ -262,6 +262,13 @@ struct MmaVariant {
 template <int HD, int G, int T>
 MmaVariant variant_of() {
   using S = MmaShape<HD, G, T>;
+  static const bool configured = [] {  // (once per kernel, not per launch)
+    HIBANA_CUDA(cudaFuncSetAttribute(mma_attention_kernel<HD, G, T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(S::kSmem)));
+    return true;
+  }();
+  (void)configured;
   return {mma_attention_kernel<HD, G, T>, S::kSmem, S::kThreads, S::kTokens};
 }
 template <int HD, int T>
@@ -311,8 +318,6 @@ void mma_launch(const AttnParams& p, int64_t row0, int64_t rows, int terms, floa
   const MmaVariant v = variant(p.hd, p.group, terms);
   check(v.kernel != nullptr && rows % v.tokens == 0, ErrorKind::internal,
         "mma attention: no kernel for these rows");
-  HIBANA_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(v.smem)));
   const dim3 grid(static_cast<unsigned>(rows / v.tokens), static_cast<unsigned>(p.kv_heads));
   launch_pdl(v.kernel, grid, dim3(v.threads), v.smem, p, MmaOut{out, ldo, gate, ldg, row0});
   launched("attention_mma_kernel");

@@ -326,16 +326,12 @@ struct MarkRanges {
   int n;
   int64_t begin[kMarkRanges], end[kMarkRanges];
 };
-__global__ void mark_tokens_kernel(uint8_t* mask, int64_t tokens, MarkRanges r, bool clear) {
+__global__ void mark_tokens_kernel(uint8_t* mask, int64_t tokens, MarkRanges r) {
   pdl_start();
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= tokens) return;
-  bool in = false;
-  for (int i = 0; i < r.n; ++i) in = in || (t >= r.begin[i] && t < r.end[i]);
-  if (in) {
-    mask[t] = 1;
-  } else if (clear) {
-    mask[t] = 0;
+  for (int i = 0; i < r.n; ++i) {
+    if (t >= r.begin[i] && t < r.end[i]) mask[t] = 1;
   }
 }
 }  // namespace
@@ -343,13 +339,14 @@ __global__ void mark_tokens_kernel(uint8_t* mask, int64_t tokens, MarkRanges r, 
 void mark_prefill_tokens(const std::vector<Backend::RowRange>& rows, int64_t tokens,
                          uint8_t* mask) {
   if (tokens == 0) return;
-  for (size_t i0 = 0; i0 == 0 || i0 < rows.size(); i0 += kMarkRanges) {
+  HIBANA_CUDA(cudaMemsetAsync(mask, 0, static_cast<size_t>(tokens), stream()));
+  for (size_t i0 = 0; i0 < rows.size(); i0 += kMarkRanges) {  // kMarkRanges a launch
     MarkRanges r{};
     for (size_t i = i0; i < rows.size() && r.n < kMarkRanges; ++i, ++r.n) {
       r.begin[r.n] = rows[i].begin;
       r.end[r.n] = rows[i].end;
     }
-    launch_pdl(mark_tokens_kernel, blocks_for(tokens, 256), 256, 0, mask, tokens, r, i0 == 0);
+    launch_pdl(mark_tokens_kernel, blocks_for(tokens, 256), 256, 0, mask, tokens, r);
     launched("mark_tokens_kernel");
   }
 }

@@ -308,6 +308,11 @@ bool cuda_available();
 // opt-in limit (227 KiB on sm_90, 99 KiB on DGX Spark's GB10), or HIBANA_CUDA_SMEM_LIMIT bytes
 // if less; the kernels that need more take other paths. 0 without CUDA.
 int cuda_shared_memory_per_block();
+// Whether HIBANA_CUDA_MMA_ATTENTION's tensor-core prefill attention has a kernel for this
+// head_dim, GQA group (query heads per KV head) and term count (1 or 3) that fits
+// cuda_shared_memory_per_block(); rows it cannot take keep the split kernels. False without
+// CUDA.
+bool cuda_attention_on_tensor_cores(int64_t head_dim, int64_t group, int terms);
 // How many products the CUDA decode matmul has run with all their splits in one thread block
 // (HIBANA_CUDA_CTA_SPLITS) in this process: a diagnostic for tests. 0 without CUDA.
 int64_t cuda_one_cta_split_products();

@@ -12,6 +12,10 @@ int cuda_shared_memory_per_block() {
   return 0;
 }
 
+bool cuda_attention_on_tensor_cores(int64_t, int64_t, int) {
+  return false;
+}
+
 int64_t cuda_one_cta_split_products() {
   return 0;
 }

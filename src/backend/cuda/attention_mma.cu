@@ -18,6 +18,8 @@
 // score -inf, so they add exact zeros, and a tile with none for it rescales by exactly 1.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/ops.h"
@@ -263,9 +265,14 @@ template <int HD, int G, int T>
 MmaVariant variant_of() {
   using S = MmaShape<HD, G, T>;
   static const bool configured = [] {  // (once per kernel, not per launch)
+    // (Not past the GPU's opt-in limit, which would throw: a variant that needs more is
+    // refused by mma_takes, launched never.)
+    int dev = 0, optin = 0;
+    HIBANA_CUDA(cudaGetDevice(&dev));
+    HIBANA_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     HIBANA_CUDA(cudaFuncSetAttribute(mma_attention_kernel<HD, G, T>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(S::kSmem)));
+                                     std::min(static_cast<int>(S::kSmem), optin)));
     return true;
   }();
   (void)configured;
@@ -324,3 +331,11 @@ void mma_launch(const AttnParams& p, int64_t row0, int64_t rows, int terms, floa
 }
 
 }  // namespace hibana::cuda::attn
+
+namespace hibana {
+
+bool cuda_attention_on_tensor_cores(int64_t head_dim, int64_t group, int terms) {
+  return cuda::attn::mma_takes(head_dim, group, terms);
+}
+
+}  // namespace hibana

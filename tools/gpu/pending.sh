@@ -5,7 +5,9 @@
 # `8` (on an H200: the slices since the seventeenth against a3628f5, the step's timeline and
 # profile), `10` (every CUDA test, the official figures, then the twenty-eighth slice's split
 # targets against the old ones: on an H200), `15` (10 from binaries built here by
-# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel). The calls
+# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel), `17` (the
+# prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
+# ring per warp, on an H200). The calls
 # already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -170,6 +172,18 @@ call17() {
   KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=3 HIBANA_CUDA_MMA_ATTENTION=3 HIBANA_CUDA_GROUPED_PREFILL=1" \
     timeout 120 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
 }
+# The fp8 decode matmul's weight ring per warp on the H200: 6 KiB (the source's) against 8 and 10
+# (each a build here: EDITS "ring8 /RingPerWarp = /s/(Elt::fp8 \? )[0-9]+ << 10/\18 << 10/" and
+# ring10 the same, TESTS=0). The 6 KiB ring won on an H100 (eighteenth slice); an H200 streams
+# 1.40 times as fast, so it may want more bytes in flight per warp.
+call18() {
+  unpack_prebuilt || return 1
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local b bins=""
+  for b in orig ring8 ring10; do [ -x .prebuilt/$b/hibana ] && bins="$bins $b=.prebuilt/$b/hibana"; done
+  BINS="${bins# }" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
+    timeout 500 tools/gpu/check.sh bins 2>&1 | tail -12
+}
 # prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
 prefill17() {
   local v c variants=("$@")
@@ -194,5 +208,6 @@ case "${1:-}" in
   15) call15 ;;
   16) call16 ;;
   17) call17 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17" >&2; exit 2 ;;
+  18) call18 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18" >&2; exit 2 ;;
 esac

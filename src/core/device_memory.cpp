@@ -31,6 +31,12 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   device_memory(dst_device == Device::cpu ? src_device : dst_device).copy(dst, src, bytes);
 }
 
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      size_t bytes) {
+  if (dst_device == Device::cpu) return copy_bytes(dst, dst_device, src, src_device, bytes);
+  if (bytes) device_memory(dst_device).copy_async(dst, src, bytes);
+}
+
 void copy_batch(Device device, const std::vector<ByteCopy>& copies, bool to_host) {
   if (device == Device::cpu) {
     for (const ByteCopy& c : copies) {

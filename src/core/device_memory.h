@@ -27,6 +27,10 @@ class DeviceMemory {
   // which). Returns once `dst` holds the bytes when dst is host memory; device-side copies are
   // ordered with the device's work.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // A copy into this device's memory (from it or from host memory) queued behind the device's
+  // work, returning at once where the device can: the caller keeps `src` unchanged until a
+  // later call that waits for the device. The default is copy().
+  virtual void copy_async(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes); }
   // Copies between this device's memory and host memory, all in one direction (to_host: every
   // src is device memory and every dst host memory; else the reverse), returning once all are
   // done and ordered after the device's queued work (and before work queued later). The
@@ -52,6 +56,11 @@ DeviceMemory& device_memory(Device device);
 
 // dst <- src for `bytes` bytes, whichever devices the two live on.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// The same, without waiting where dst is a device's memory (DeviceMemory::copy_async: `src`
+// stays unchanged until a later call waits for the device); a host destination waits as
+// copy_bytes does.
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      size_t bytes);
 // A batch of copies between memory of `device` and host memory, in one direction (see
 // DeviceMemory::copy_batch); plain memcpy on the CPU.
 void copy_batch(Device device, const std::vector<ByteCopy>& copies, bool to_host);

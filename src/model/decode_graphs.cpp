@@ -21,6 +21,9 @@ int64_t round_up_pow2(int64_t n) {
 
 struct DecodeGraphs::Entry {
   Buffer inputs;  // device: ids | positions | token_seq | seq_start | pages | kv | state | snap
+  // The step's inputs on the host, copied into `inputs` without waiting: run() waits for the
+  // device before it returns, so the next step finds the copy done before it refills this.
+  std::vector<int32_t> host_inputs;
   Tensor ids;
   BatchLayout layout;
   Tensor logits;  // the batch size's shared logits buffer (recordings never run concurrently)
@@ -102,15 +105,17 @@ bool DecodeGraphs::run(std::span<const SequenceInput> seqs, const StateViews& st
   }
   Entry& e = *slot;
 
-  // This step's inputs, in the entry's order, in one copy.
-  std::vector<int32_t> packed(tokens);
+  // This step's inputs, in the entry's order, in one copy queued before the step (no wait for
+  // it: a host round trip less per step).
+  std::vector<int32_t>& packed = e.host_inputs;
+  packed.assign(tokens.begin(), tokens.end());
   for (const std::vector<int32_t>* a : {&ls.positions, &ls.token_seq, &ls.seq_start, &table,
                                         &ls.kv_slot, &ls.state_slot, &ls.snapshot}) {
     packed.insert(packed.end(), a->begin(), a->end());
   }
   check(packed.size() * sizeof(int32_t) == e.inputs.size(), ErrorKind::internal,
         "decode graph: input size");
-  copy_bytes(e.inputs.data(), dev, packed.data(), Device::cpu, e.inputs.size());
+  copy_bytes_async(e.inputs.data(), dev, packed.data(), Device::cpu, e.inputs.size());
 
   if (e.graph) {
     be_.replay(e.graph);
@@ -137,9 +142,10 @@ bool DecodeGraphs::run(std::span<const SequenceInput> seqs, const StateViews& st
   out.fetch_row = nullptr;
   if (options.summary_k > 0) {
     // The rows stay on the device for fetch_row, out of the bucket's buffer (which the next
-    // step of any engine on this model overwrites).
+    // step of any engine on this model overwrites): a copy queued behind the step, which the
+    // summaries' download waits for.
     auto rows = std::make_shared<OwnedTensor>(make_uninit_tensor(DType::f32, {B, vocab_}, dev));
-    copy_bytes(rows->tensor.data, dev, e.logits.data, dev, rows->tensor.nbytes());
+    copy_bytes_async(rows->tensor.data, dev, e.logits.data, dev, rows->tensor.nbytes());
     deliver_logits(be_, std::move(rows), options, out);
   } else {
     out.logits.resize(static_cast<size_t>(B * vocab_));

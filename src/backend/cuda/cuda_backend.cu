@@ -215,6 +215,9 @@ class CudaMemory final : public DeviceMemory {
     HIBANA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
     HIBANA_CUDA(cudaStreamSynchronize(stream()));
   }
+  void copy_async(void* dst, const void* src, size_t bytes) override {
+    HIBANA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+  }
   void copy_batch(const std::vector<ByteCopy>& copies, bool to_host) override {
     host_copies::copy_batch(copies, to_host);
   }

@@ -175,12 +175,13 @@ call17() {
 # The fp8 decode matmul's weight ring per warp on the H200: 6 KiB (the source's) against 8 and 10
 # (each a build here: EDITS "ring8 /RingPerWarp = /s/(Elt::fp8 \? )[0-9]+ << 10/\18 << 10/" and
 # ring10 the same, TESTS=0). The 6 KiB ring won on an H100 (eighteenth slice); an H200 streams
-# 1.40 times as fast, so it may want more bytes in flight per warp.
+# 1.40 times as fast, so it may want more bytes in flight per warp. With them, `async` (762f768,
+# EDITS=async TESTS=0): decode graphs' steps with one host round trip instead of three.
 call18() {
   unpack_prebuilt || return 1
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   local b bins=""
-  for b in orig ring8 ring10; do [ -x .prebuilt/$b/hibana ] && bins="$bins $b=.prebuilt/$b/hibana"; done
+  for b in orig ring8 ring10 async; do [ -x .prebuilt/$b/hibana ] && bins="$bins $b=.prebuilt/$b/hibana"; done
   BINS="${bins# }" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
     timeout 500 tools/gpu/check.sh bins 2>&1 | tail -12
 }

@@ -155,11 +155,15 @@ __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t m, int64_t K
 }
 
 // A weight [N, K] (bf16, or fp8 with block scales of block_rows x block_cols, f32 or bf16,
-// scale row pitch scale_ld) as dense bf16: fp8 values times their block's scale, rounded once.
+// scale row pitch scale_ld) as dense bf16: an fp8 value times its block's scale, rounded (the
+// plane at out), and with `lo` what that rounding left, rounded (the plane at lo): the two
+// carry the scaled weight to ~16 bits where one bf16 would round it to 8 (the tiled and decode
+// kernels multiply a block's f32 sum by its scale).
 template <bool kFp8>
 __global__ void weight_bf16_kernel(const void* w, int64_t ldw, int64_t N, int64_t K,
                                    const void* scale, bool scale_f32, int64_t scale_ld,
-                                   int64_t block_rows, int64_t block_cols, __nv_bfloat16* out) {
+                                   int64_t block_rows, int64_t block_cols, __nv_bfloat16* out,
+                                   __nv_bfloat16* lo) {
   pdl_start();
   for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K;
@@ -173,7 +177,10 @@ __global__ void weight_bf16_kernel(const void* w, int64_t ldw, int64_t N, int64_
           sc = scale_f32 ? static_cast<const float*>(scale)[j]
                          : __bfloat162float(static_cast<const __nv_bfloat16*>(scale)[j]);
         }
-        out[r * K + k] = __float2bfloat16_rn(static_cast<float>(v) * sc);
+        const float ws = static_cast<float>(v) * sc;
+        const __nv_bfloat16 h = __float2bfloat16_rn(ws);
+        out[r * K + k] = h;
+        if (lo) lo[r * K + k] = __float2bfloat16_rn(ws - __bfloat162float(h));
       } else {
         out[r * K + k] = static_cast<const __nv_bfloat16*>(w)[r * ldw + k];
       }
@@ -249,7 +256,10 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   // bf16 weights as they are where dense and aligned; fp8 (and the others) expanded.
   const bool fp8 = w.w.dtype == DType::f8_e4m3;
   const bool as_is = !fp8 && w.w.stride[0] == K && aligned16(w.w.data);
-  Scratch wb(as_is ? 0 : static_cast<size_t>(N * K) * 2, true);
+  // A scaled fp8 weight in two bf16 planes where the activations have three terms (the second
+  // plane's product with the first term only: the others fall below the f32 sum's last bit).
+  const bool two = fp8 && !w.scale.empty() && terms == 3;
+  Scratch wb(as_is ? 0 : static_cast<size_t>((two ? 2 : 1) * N * K) * 2, true);
   if (!as_is) {
     const void* sc = w.scale.empty() ? nullptr : w.scale.data;
     const bool sc_f32 = !w.scale.empty() && w.scale.dtype == DType::f32;
@@ -257,7 +267,7 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
     launch_pdl(fp8 ? weight_bf16_kernel<true> : weight_bf16_kernel<false>,
                grid_for(N, K), dim3(256), 0, static_cast<const void*>(w.w.data),
                w.w.stride[0], N, K, sc, sc_f32, sc_ld, w.block_rows, w.block_cols,
-               wb.as<__nv_bfloat16>());
+               wb.as<__nv_bfloat16>(), two ? wb.as<__nv_bfloat16>() + N * K : nullptr);
     launched("weight_bf16_kernel");
   }
   const void* wptr = as_is ? w.w.data : wb.as<void>();
@@ -267,15 +277,20 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   check(algo_for(s, N, K, ldo, algo), ErrorKind::internal,
         "matmul_cublas: no cuBLASLt algorithm (cublas_takes was not asked)");
   Descs d(m, N, K, ldo);
-  // Three terms: the smallest first, each product added to the sum so far (beta 1).
+  // Three terms: the smallest first, each product added to the sum so far (beta 1); with two
+  // weight planes, the first term times the second plane before them.
   const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
-  for (int t = terms - 1; t >= 0; --t) {
+  bool first = true;
+  auto product = [&](const void* wp, int t) {
     const void* xt = xb.as<__nv_bfloat16>() + t * m * K;
-    check_lt(cublasLtMatmul(s.handle, d.op, &alpha, wptr, d.a, xt, d.b,
-                            t == terms - 1 ? &zero : &one, out.data, d.c, out.data, d.c, &algo,
-                            s.workspace, kWorkspace, stream()),
+    check_lt(cublasLtMatmul(s.handle, d.op, &alpha, wp, d.a, xt, d.b, first ? &zero : &one,
+                            out.data, d.c, out.data, d.c, &algo, s.workspace, kWorkspace,
+                            stream()),
              "cublasLtMatmul");
-  }
+    first = false;
+  };
+  if (two) product(wb.as<__nv_bfloat16>() + N * K, 0);
+  for (int t = terms - 1; t >= 0; --t) product(wptr, t);
   return true;
 }
 

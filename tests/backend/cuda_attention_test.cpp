@@ -395,7 +395,7 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
       return download(out);
     };
     {
-      test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", nullptr);
+      test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", "0");
       EXPECT_TRUE(same_bits(run(all.qd, dev, blocks), all.got)) << "switch off";
     }
     // This GPU's shared memory, then a GB10's (99 KiB): a variant that does not fit leaves

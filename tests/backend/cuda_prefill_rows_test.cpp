@@ -1,8 +1,8 @@
 // The prefill rows of a pass (Backend::set_prefill_rows) by cuBLASLt: within bf16's rounding of
 // the CPU's product; the other rows with the decode kernels' bits; a row's bits the same
 // whatever the pass around it; and none of it outside a pass or with the switch off
-// (HIBANA_CUDA_CUBLAS_PREFILL, off by default until measured); the MoE experts' rows of prefill
-// tokens with one bf16 term of the activations (HIBANA_CUDA_GROUPED_PREFILL, likewise). Skipped
+// (HIBANA_CUDA_CUBLAS_PREFILL=0); the MoE experts' rows of prefill tokens with one bf16 term of
+// the activations (HIBANA_CUDA_GROUPED_PREFILL, off by default). Skipped
 // without a GPU.
 #include <gtest/gtest.h>
 

@@ -47,7 +47,7 @@ int tiled_block_tokens(int64_t hd, int64_t group);
 void tiled_launch(AttnParams p, int32_t* block_start);
 
 // attention_mma.cu: the rows of whole prefill blocks on tensor cores. mma_attention_terms: what
-// HIBANA_CUDA_MMA_ATTENTION asks (0 off, the default; 1 one bf16 term of each operand, 3 two,
+// HIBANA_CUDA_MMA_ATTENTION asks (0 off; 1, the default, one bf16 term of each operand; 3 two,
 // three products each); mma_takes: whether a kernel takes this head_dim and group (2, 4 or 8)
 // in this GPU's shared memory; mma_launch: rows [row0, row0 + rows) of p's launch (whole
 // blocks of one or more sequences), their outputs final (times sigmoid(gate) with a gate).

@@ -1,8 +1,10 @@
 // Prefill attention on tensor cores for the rows of a pass's whole prefill blocks
 // (Backend::set_prefill_rows): HIBANA_CUDA_MMA_ATTENTION=1 takes Q, K, the probabilities and V
 // as one bf16 term each (the usual flash-attention arithmetic), =3 as two (x = h + l), each
-// product as three mma (l·h, h·l, h·h: near f32). Off by default until measured; the other rows
-// keep the split kernels' bits (attention.cu).
+// product as three mma (l·h, h·l, h·h: near f32); =0 turns it off. =1 is the default: the
+// goldens hold with it and an 8k-token prefill's attention took a fifth of the split kernels'
+// time (H100, docs/benchmarks.md, thirty-fifth slice). The other rows keep the split kernels'
+// bits (attention.cu).
 //
 // FlashAttention-2's scheme with mma.sync m16n8k16: a CTA takes 16 consecutive tokens of one
 // sequence and the G query heads of one KV head (a warp a head; for G < 4, 4 / G groups of 16
@@ -311,7 +313,7 @@ MmaVariant variant(int64_t hd, int64_t group, int terms) {
 }  // namespace
 
 int mma_attention_terms() {
-  if (!knob_on("HIBANA_CUDA_MMA_ATTENTION", false)) return 0;
+  if (!knob_on("HIBANA_CUDA_MMA_ATTENTION", true)) return 0;
   return knob("HIBANA_CUDA_MMA_ATTENTION", 1) == 3 ? 3 : 1;
 }
 

@@ -19,8 +19,10 @@ inline bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
 // HIBANA_CUDA_GROUPED_PREFILL: the MoE experts' rows of a pass's prefill tokens
 // (Backend::set_prefill_rows) carry only the activations' first bf16 term, in the tiled kernel
-// (mm::Params::one_term): a third of the products where a tile has no other rows. Off until
-// measured on a GPU. Read when a pass starts.
+// (mm::Params::one_term): a third of the products where a tile has no other rows. Off: with it
+// the qwen3_moe and qwen3_5_moe chunked goldens fail (last-position logits 0.053 from
+// transformers' against 1e-3; H100, docs/benchmarks.md, thirty-fifth slice). Read when a pass
+// starts.
 inline bool grouped_prefill() { return knob_on("HIBANA_CUDA_GROUPED_PREFILL", false); }
 // HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
 // expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode

@@ -1,10 +1,11 @@
 // Prefill products by cuBLASLt (Backend::set_prefill_rows): the rows of a pass's prefill
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
-// scales first), f32 accumulation and output. HIBANA_CUDA_CUBLAS_PREFILL=1 rounds the
-// activations to one bf16 term; =3 carries their three terms, as the decode kernels do, in
-// three products into the same output (three times the work). The tiled kernel keeps every
-// path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt runs these
-// shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
+// scales first, in two planes with three terms), f32 accumulation and output.
+// HIBANA_CUDA_CUBLAS_PREFILL=3, the default, carries the activations' three terms, as the decode
+// kernels do, in three products into the same output (four for a block-scaled fp8 weight); =1
+// rounds them to one term (the goldens' 1e-3 does not hold), =0 turns cuBLASLt off. The tiled
+// kernel keeps every path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt
+// runs these shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
 //
 // The bits of a row must not depend on how many rows the product has (the pass's other
 // sequences, how the prompt was cut into chunks of whole blocks): each (weight shape, output
@@ -201,8 +202,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 namespace {
 // The activations' bf16 terms the products carry (HIBANA_CUDA_CUBLAS_PREFILL): 0 (off), 1 or 3.
 int cublas_terms() {
-  if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", false)) return 0;
-  return knob("HIBANA_CUDA_CUBLAS_PREFILL", 1) == 3 ? 3 : 1;
+  if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", true)) return 0;
+  return knob("HIBANA_CUDA_CUBLAS_PREFILL", 3) == 1 ? 1 : 3;
 }
 }  // namespace
 

@@ -175,8 +175,9 @@ call17() {
 # The fp8 decode matmul's weight ring per warp on the H200: 6 KiB (the source's) against 8 and 10
 # (each a build here: EDITS "ring8 /RingPerWarp = /s/(Elt::fp8 \? )[0-9]+ << 10/\18 << 10/" and
 # ring10 the same, TESTS=0). The 6 KiB ring won on an H100 (eighteenth slice); an H200 streams
-# 1.40 times as fast, so it may want more bytes in flight per warp. With them, `async` (762f768,
-# EDITS=async TESTS=0): decode graphs' steps with one host round trip instead of three.
+# 1.40 times as fast, so it may want more bytes in flight per warp. An `async` build beside them
+# is taken too where one was carried (762f768's single host round trip, measured on an H100:
+# build `orig` before it to compare).
 call18() {
   unpack_prebuilt || return 1
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -461,6 +461,13 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
     t.gpu->moe_experts(xd, idd, wd, set.dev, out);
     std::vector<float> all = t.download(out);
     EXPECT_LT(t.max_abs_diff(all, ref), 1e-4f);
+    {  // every group by the batch kernels, none by the decode kernel (as in a long prefill pass)
+      ScopedEnv partials("HIBANA_CUDA_GEMV_PARTIALS_KB", "1");
+      Tensor again = t.device_f32(T, H);
+      t.gpu->moe_experts(xd, idd, wd, set.dev, again);
+      EXPECT_EQ(std::memcmp(t.download(again).data(), all.data(), T * H * sizeof(float)), 0)
+          << "the groups of up to 8 rows by the batch kernels";
+    }
     for (int64_t m : {1, 3, 8}) {
       for (const char* knobs : {"00", "10", "01", "11"}) {
         ScopedEnv fuse("HIBANA_CUDA_FUSED_SWIGLU", knobs[0] == '1' ? "1" : "0");

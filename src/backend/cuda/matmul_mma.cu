@@ -317,10 +317,16 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
   if (grouped && p.one_term && tiled_supports(p, elt, true))
     return run_tiled(p, elt, true, max_rows, groups);
   if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
-  if (grouped) {
-    // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those
-    // of up to 8 rows take the decode kernel, the launch below skips them. Same bits either
-    // way (every kernel builds an output element from the same mma sequence).
+  // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those
+  // of up to 8 rows take the decode kernel, the launch below skips them. Same bits either way
+  // (every kernel builds an output element from the same mma sequence). Its split partials
+  // hold a row for every pair of the launch, so past HIBANA_CUDA_GEMV_PARTIALS_KB (256 MiB: a
+  // long prefill pass, e.g. the 80B's 8k-token pass, 1408 MiB with 2 splits, which an 80 GB
+  // H100 holding its weights cannot give) the launch below takes those groups too.
+  const bool small_pass =
+      p.splits <= 1 || p.splits * p.M * p.N * static_cast<int64_t>(sizeof(float)) <=
+                           (knob("HIBANA_CUDA_GEMV_PARTIALS_KB", 256 << 10) << 10);
+  if (grouped && small_pass) {
     Params small = p;
     small.rows_max = 8;
     run_gemv(small, elt, true, 8, groups);

@@ -85,6 +85,22 @@ TEST(DummyWeights, AnyConfigRunsWithRandomWeights) {
   }
 }
 
+// `bench prefill --chunk N` takes the prompt in passes of N tokens, as the server's steps do,
+// and says so; a negative chunk is refused.
+TEST(BenchCommand, PrefillInPassesOfAChunk) {
+  const std::string args = "bench prefill --device cpu --load-format dummy --config '" +
+                           fixture("qwen3_5_moe") + "/config.json' --prompt-tokens 96";
+  auto r = test::run_hibana(args + " --chunk 64");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("prefill 96 tokens in passes of 64: "));
+  r = test::run_hibana(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("prefill 96 tokens: "));
+  r = test::run_hibana(args + " --chunk -1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--chunk"));
+}
+
 TEST(Errors, BadInputGivesAClearErrorAndExitCode) {
   auto r = test::run_hibana("run --model /nonexistent/model --prompt-ids 1,2");
   EXPECT_NE(r.status, 0);

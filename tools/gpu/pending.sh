@@ -7,8 +7,8 @@
 # targets against the old ones: on an H200), `15` (10 from binaries built here by
 # tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel), `17` (the
 # prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
-# ring per warp, on an H200). The calls
-# already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
+# ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes). The
+# calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
 # thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11,
@@ -186,6 +186,23 @@ call18() {
   BINS="${bins# }" CONFIGS=qwen3-next-80b-a3b:fp8 ROUNDS=2 BATCHES=1,8 \
     timeout 500 tools/gpu/check.sh bins 2>&1 | tail -12
 }
+# a354107 and 0c9bd12 from the carried default build (`TESTS=1 EDITS=orig tools/gpu/prebuild.sh`):
+# the MoE tests (the batch of 40 with every group by the batch kernels), then the 8k-token
+# prefill of both shapes at the defaults in one pass (the 80B's did not fit an 80 GB H100
+# before a354107) and in the server's 512-token passes.
+call19() {
+  use_prebuilt orig || return 1
+  timeout 60 $B/tests/backend_tests --gtest_filter='CudaOps.Moe*' --gtest_brief=1 2>&1 | tail -3
+  local c chunk
+  for c in "qwen3-next-80b-a3b fp8" "qwen3-8b bf16"; do
+    for chunk in 0 512; do
+      set -- $c
+      HIBANA_CUDA_TIMING=1 timeout 90 $B/hibana bench prefill --device cuda --load-format dummy \
+        --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
+        grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -7
+    done
+  done
+}
 # prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
 prefill17() {
   local v c variants=("$@")
@@ -211,5 +228,6 @@ case "${1:-}" in
   16) call16 ;;
   17) call17 ;;
   18) call18 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18" >&2; exit 2 ;;
+  19) call19 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19" >&2; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 #include "model/decode_graphs.h"
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,19 @@ bool DecodeGraphs::run(std::span<const SequenceInput> seqs, const StateViews& st
   check(packed.size() * sizeof(int32_t) == e.inputs.size(), ErrorKind::internal,
         "decode graph: input size");
   copy_bytes_async(e.inputs.data(), dev, packed.data(), Device::cpu, e.inputs.size());
+  // Should anything below throw, wait for the device before leaving: the upload may still be
+  // reading host_inputs, which the next step refills (or entries_.clear() frees).
+  struct WaitOnThrow {
+    Backend& be;
+    int unwinding = std::uncaught_exceptions();
+    ~WaitOnThrow() {
+      if (std::uncaught_exceptions() <= unwinding) return;
+      try {
+        be.synchronize();
+      } catch (...) {  // (the exception in flight says what went wrong)
+      }
+    }
+  } wait_on_throw{be_};
 
   if (e.graph) {
     be_.replay(e.graph);

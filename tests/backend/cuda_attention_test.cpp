@@ -368,7 +368,7 @@ void CudaAttention::check_token_blocks(int64_t heads, int64_t kvh, int64_t hd) {
 // within bf16's rounding of the split kernels' outputs (which are within 1e-5 of the CPU's), and
 // not their bits; the other rows exactly their bits; the same rows' bits again in a pass of the
 // first sequence's tokens [128, 300) alone (its prefill rows [0, 128)); the output gate. With the
-// switch off (the default) every row has the split kernels' bits.
+// switch off (=0) every row has the split kernels' bits.
 TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
   for (auto [heads, kvh, hd] :
        {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {16, 2, 256}, {4, 2, 64}}) {

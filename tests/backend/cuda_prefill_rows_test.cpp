@@ -49,10 +49,12 @@ constexpr int64_t N = 384, K = 512;
 
 // A pass of 300 rows whose prefill rows are [64, 192) and [256, 300): those within the
 // rounding of the CPU's f32 product (one bf16 term: 2^-7 of the sum of |x| |w| of the element,
-// the rounding of x and of the weight, fp8's expanded with its scale; three terms: 2^-15, what
-// f32 sums of 512 products in another order may differ by — fp8 times its block scale goes in
-// two bf16 planes, whose rounding in one, ~2^-9 a weight, failed it), and not all of the
-// decode kernels' bits (cuBLASLt ran); the rows outside with exactly those bits.
+// the rounding of x and of the weight, fp8's expanded with its scale; three terms: 2^-15, a
+// statistical bound, not a worst case — fp8 times its block scale in two bf16 planes leaves up
+// to 2^-15 of each product and f32 sums of 512 products in another order as much again, but
+// errors of random sign over 512 products add to ~2^-18 at most over the checked elements,
+// where one plane's ~2^-9 a weight gave ~2^-13), and not all of the decode kernels' bits
+// (cuBLASLt ran); the rows outside with exactly those bits.
 TEST_F(CudaPrefillRows, PrefillRowsByCublasTheOthersKeepTheirBits) {
   const int64_t T = 300;
   const std::vector<float> x = randn(T * K, 21);

@@ -29,9 +29,11 @@ class RecordingBackend final : public Backend {
     return std::make_shared<int>(0);  // a recording of whatever ran since begin_capture
   }
   void replay(const std::shared_ptr<void>&) override { ++replays; }
+  void synchronize() override { ++waits; }
 
   bool recording = false;
   int replays = 0;
+  int waits = 0;
 
   // No compute: the bodies of this test call none of these.
   void embedding(const Weight&, const Tensor&, Tensor) override { unused(); }
@@ -122,6 +124,24 @@ TEST(DecodeGraphs, AStepRecordedOnceIsReplayed) {
   EXPECT_EQ(runs, 2);  // the first step op by op, then its recording
   EXPECT_EQ(be.replays, 2);
   EXPECT_EQ(graphs.replays(), 2);
+}
+
+// A step's inputs go up without a wait (the host's copy stays in the bucket until the step's
+// end waits); a step that throws before that end waits for the device before it leaves, so the
+// next step may refill the copy (before, nothing waited: an upload still reading it raced).
+TEST(DecodeGraphs, AStepThatThrowsWaitsForItsUpload) {
+  RecordingBackend be;
+  DecodeGraphs graphs(be, 8, false, false);
+  const DecodeGraphs::Body body = [&](const Tensor&, const BatchLayout&, Tensor) {
+    throw Error(ErrorKind::internal, "an op failed");
+  };
+  const std::vector<int32_t> token = {3};
+  SequenceInput in;
+  in.tokens = token;
+  const StateViews state;
+  ForwardOutput out;
+  EXPECT_THROW(graphs.run({&in, 1}, state, ForwardOptions{}, body, out), Error);
+  EXPECT_EQ(be.waits, 1);
 }
 
 }  // namespace

@@ -257,8 +257,10 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   // bf16 weights as they are where dense and aligned; fp8 (and the others) expanded.
   const bool fp8 = w.w.dtype == DType::f8_e4m3;
   const bool as_is = !fp8 && w.w.stride[0] == K && aligned16(w.w.data);
-  // A scaled fp8 weight in two bf16 planes where the activations have three terms (the second
-  // plane's product with the first term only: the others fall below the f32 sum's last bit).
+  // A scaled fp8 weight in two bf16 planes where the activations have three terms, the second
+  // plane's product with the first term only: the scaled weight to ~2^-16 (the second plane's
+  // rounding; its products with the other terms, each under 2^-16 of the product, are left
+  // out), where one plane left 2^-9.
   const bool two = fp8 && !w.scale.empty() && terms == 3;
   Scratch wb(as_is ? 0 : static_cast<size_t>((two ? 2 : 1) * N * K) * 2, true);
   if (!as_is) {

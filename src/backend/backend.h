@@ -316,6 +316,10 @@ bool cuda_attention_on_tensor_cores(int64_t head_dim, int64_t group, int terms);
 // How many products the CUDA decode matmul has run with all their splits in one thread block
 // (HIBANA_CUDA_CTA_SPLITS) in this process: a diagnostic for tests. 0 without CUDA.
 int64_t cuda_one_cta_split_products();
+// How many grouped (MoE) batch launches have sent their groups of up to 8 rows to the decode
+// kernel first (HIBANA_CUDA_GEMV_PARTIALS_KB says when not) in this process: a diagnostic for
+// tests. 0 without CUDA.
+int64_t cuda_grouped_small_passes();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

@@ -73,7 +73,7 @@ class Rewriter final : public nlohmann::json_sax<json> {
   bool start_object(std::size_t) override {
     begin_value();
     result.text.push_back('{');
-    frames_.push_back(Frame{true});
+    frames_.push_back(Frame{true, 0, {}});
     return true;
   }
   bool key(string_t& k) override {
@@ -98,7 +98,7 @@ class Rewriter final : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override {
     begin_value();
     result.text.push_back('[');
-    frames_.push_back(Frame{false});
+    frames_.push_back(Frame{false, 0, {}});
     return true;
   }
   bool end_array() override {

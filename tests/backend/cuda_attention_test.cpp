@@ -406,7 +406,9 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
       test::ScopedEnv on("HIBANA_CUDA_MMA_ATTENTION", terms);
       test::ScopedEnv small("HIBANA_CUDA_SMEM_LIMIT", limit);
       const bool taken = cuda_attention_on_tensor_cores(hd, heads / kvh, terms[0] - '0');
-      if (!limit && cuda_shared_memory_per_block() >= 227 * 1024) EXPECT_TRUE(taken) << "sm_90";
+      if (!limit && cuda_shared_memory_per_block() >= 227 * 1024) {
+        EXPECT_TRUE(taken) << "sm_90";
+      }
       const std::vector<float> got = run(all.qd, dev, blocks);
       for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 64}, {256, 364}, {492, T}})
         EXPECT_TRUE(same_bits(rows_of(got, b, e), rows_of(all.got, b, e))) << "rows " << b;

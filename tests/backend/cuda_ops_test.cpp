@@ -458,13 +458,17 @@ void expect_moe_matches_cpu(CudaOps& t, int64_t H, int64_t I, bool stacked,
     auto [idd, wd, ref, ids, weights] = t.route_both(x, logits, T, E, k, H, set.host);
     Tensor xd = t.upload(x.data(), DType::f32, {T, H});
     Tensor out = t.device_f32(T, H);
+    const int64_t small_before = cuda_grouped_small_passes();
     t.gpu->moe_experts(xd, idd, wd, set.dev, out);
     std::vector<float> all = t.download(out);
     EXPECT_LT(t.max_abs_diff(all, ref), 1e-4f);
+    EXPECT_GT(cuda_grouped_small_passes(), small_before) << "no decode-kernel pass at 40 tokens";
     {  // every group by the batch kernels, none by the decode kernel (as in a long prefill pass)
+      const int64_t passes = cuda_grouped_small_passes();
       ScopedEnv partials("HIBANA_CUDA_GEMV_PARTIALS_KB", "1");
       Tensor again = t.device_f32(T, H);
       t.gpu->moe_experts(xd, idd, wd, set.dev, again);
+      EXPECT_EQ(cuda_grouped_small_passes(), passes) << "a decode-kernel pass ran";
       EXPECT_EQ(std::memcmp(t.download(again).data(), all.data(), T * H * sizeof(float)), 0)
           << "the groups of up to 8 rows by the batch kernels";
     }

@@ -23,6 +23,7 @@
 // bytes are the lane's own fragment elements. The CTA's activations travel with the weights,
 // through a shared ring, and are split into their bf16 terms once per stage, one stage before
 // they are used; the B fragment uses the same permutation.
+#include <atomic>
 #include <memory>
 
 #include "backend/cuda/matmul_impl.h"
@@ -311,6 +312,10 @@ bool mma_supports(const Params& p, Elt elt) {
   return p.scale_kind == 0 || p.block_cols % chunk == 0;
 }
 
+namespace {
+std::atomic<int64_t> g_small_passes{0};  // cuda_grouped_small_passes()
+}  // namespace
+
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
   // One-term rows (Params::one_term) only the tiled kernel carries: all its rows go there.
@@ -327,6 +332,7 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
       p.splits <= 1 || p.splits * p.M * p.N * static_cast<int64_t>(sizeof(float)) <=
                            (knob("HIBANA_CUDA_GEMV_PARTIALS_KB", 256 << 10) << 10);
   if (grouped && small_pass) {
+    g_small_passes.fetch_add(1, std::memory_order_relaxed);
     Params small = p;
     small.rows_max = 8;
     run_gemv(small, elt, true, 8, groups);
@@ -345,3 +351,9 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
 }
 
 }  // namespace hibana::cuda::mm
+
+namespace hibana {
+int64_t cuda_grouped_small_passes() {
+  return cuda::mm::g_small_passes.load(std::memory_order_relaxed);
+}
+}  // namespace hibana

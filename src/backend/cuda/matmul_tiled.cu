@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 
   // kOne: the tile's rows are all one-term rows (the m and l products skipped).
   auto compute = [&](auto one, int slot, int64_t k0) {
-    constexpr bool kOne = decltype(one)::value;
+    [[maybe_unused]] constexpr bool kOne = decltype(one)::value;  // (not read with kPre)
     const unsigned char* ws = smem + slot * T::kStageBytes;
     const int64_t split_begin = k0 / p.split_len * p.split_len;
     const int64_t k_end = min(p.K, split_begin + p.split_len);

@@ -455,9 +455,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   // Every variant may use the GPU's whole opt-in memory (once); how much a launch takes follows
   // smem_per_block(), which may be less.
   static const bool configured = [] {
-    int dev = 0, v = 0;
-    HIBANA_CUDA(cudaGetDevice(&dev));
-    HIBANA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int v = smem_optin();
     for (int stages = 1; stages <= 3; ++stages) {
       for (int64_t d : {0, 64, 128, 256}) {
         for (int heads_per_warp : {1, 2}) {

@@ -269,12 +269,9 @@ MmaVariant variant_of() {
   static const bool configured = [] {  // (once per kernel, not per launch)
     // (Not past the GPU's opt-in limit, which would throw: a variant that needs more is
     // refused by mma_takes, launched never.)
-    int dev = 0, optin = 0;
-    HIBANA_CUDA(cudaGetDevice(&dev));
-    HIBANA_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     HIBANA_CUDA(cudaFuncSetAttribute(mma_attention_kernel<HD, G, T>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     std::min(static_cast<int>(S::kSmem), optin)));
+                                     std::min(static_cast<int>(S::kSmem), smem_optin())));
     return true;
   }();
   (void)configured;

@@ -566,6 +566,7 @@ int smem_per_block() {
   const int64_t limit = knob("HIBANA_CUDA_SMEM_LIMIT", 0);
   return limit > 0 ? static_cast<int>(std::min<int64_t>(limit, g_smem_optin)) : g_smem_optin;
 }
+int smem_optin() { return g_smem_optin; }
 
 }  // namespace cuda
 

@@ -328,10 +328,8 @@ void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int grou
   // hold a row for every pair of the launch, so past HIBANA_CUDA_GEMV_PARTIALS_KB (256 MiB: a
   // long prefill pass, e.g. the 80B's 8k-token pass, 1408 MiB with 2 splits, which an 80 GB
   // H100 holding its weights cannot give) the launch below takes those groups too.
-  const bool small_pass =
-      p.splits <= 1 || p.splits * p.M * p.N * static_cast<int64_t>(sizeof(float)) <=
-                           (knob("HIBANA_CUDA_GEMV_PARTIALS_KB", 256 << 10) << 10);
-  if (grouped && small_pass) {
+  const int64_t partials = p.splits > 1 ? p.splits * p.M * p.N * int64_t{sizeof(float)} : 0;
+  if (grouped && partials <= (knob("HIBANA_CUDA_GEMV_PARTIALS_KB", 256 << 10) << 10)) {
     g_small_passes.fetch_add(1, std::memory_order_relaxed);
     Params small = p;
     small.rows_max = 8;

@@ -13,6 +13,8 @@ int num_sms();
 // far lower ones leave some kernels nothing that fits, e.g. head_dim 256 attention below 66 KB).
 // Kernels that would need more take fewer pipeline stages or another kernel. Read at every call.
 int smem_per_block();
+// The GPU's opt-in limit alone: what a kernel's shared-memory attribute, set once, may allow.
+int smem_optin();
 
 // elementwise.cu
 void embedding(const Weight& table, const Tensor& ids, Tensor out);

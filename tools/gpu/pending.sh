@@ -7,7 +7,9 @@
 # targets against the old ones: on an H200), `15` (10 from binaries built here by
 # tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel), `17` (the
 # prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
-# ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes). The
+# ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes), `20`
+# (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
+# H200: every test, the official decode figures, 20's prefill). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -190,19 +192,42 @@ call18() {
 # a354107 and 0c9bd12 from the carried default build (`TESTS=1 EDITS=orig tools/gpu/prebuild.sh`):
 # the MoE tests (the batch of 40 with every group by the batch kernels), then the 8k-token
 # prefill of both shapes at the defaults in one pass (the 80B's did not fit an 80 GB H100
-# before a354107) and in the server's 512-token passes.
+# before a354107), in the server's 512-token passes and in 2048-token ones (what a larger
+# --step-tokens would give a long prompt).
 call19() {
   use_prebuilt orig || return 1
   timeout 60 $B/tests/backend_tests --gtest_filter='CudaOps.Moe*' --gtest_brief=1 2>&1 | tail -3
   local c chunk
   for c in "qwen3-next-80b-a3b fp8" "qwen3-8b bf16"; do
-    for chunk in 0 512; do
+    for chunk in 0 512 2048; do
       set -- $c
       HIBANA_CUDA_TIMING=1 timeout 90 $B/hibana bench prefill --device cuda --load-format dummy \
         --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
         grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -7
     done
   done
+}
+# The prefill products by cuBLASLt with two bf16 terms of the activations
+# (HIBANA_CUDA_CUBLAS_PREFILL=2) against the default three, from the carried default build: the
+# cuBLASLt tests (1, 2 and 3 terms), the 8k-token prefill of both shapes at 3 and 2, then the
+# model and engine tests at 2 (the goldens' 1e-3 held at 3 and failed at 1: 0.044).
+call20() {
+  use_prebuilt orig || return 1
+  timeout 60 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*' --gtest_brief=1 2>&1 |
+    grep -E "Failure|Expected|Which|PASSED|FAILED|SKIPPED|terms" | head -20
+  prefill17 "3 1 0" "2 1 0"
+  KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+}
+# One H200 call from the carried default build: every CUDA test, the official decode figures of
+# both shapes, then call 20's prefill at three and two terms. Then, in a second call, 18, the
+# goldens at two terms (`KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=2 tools/gpu/check.sh tests-knobs`)
+# and 19.
+call21() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
+  BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
+  prefill17 "3 1 0" "2 1 0"
 }
 # prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
 prefill17() {
@@ -230,5 +255,7 @@ case "${1:-}" in
   17) call17 ;;
   18) call18 ;;
   19) call19 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19" >&2; exit 2 ;;
+  20) call20 ;;
+  21) call21 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21" >&2; exit 2 ;;
 esac

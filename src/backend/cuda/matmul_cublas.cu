@@ -2,8 +2,9 @@
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
 // scales first, in two planes with three terms), f32 accumulation and output.
 // HIBANA_CUDA_CUBLAS_PREFILL=3, the default, carries the activations' three terms, as the decode
-// kernels do, in three products into the same output (four for a block-scaled fp8 weight); =1
-// rounds them to one term (the goldens' 1e-3 does not hold), =0 turns cuBLASLt off. The tiled
+// kernels do, in three products into the same output (four for a block-scaled fp8 weight); =2
+// carries two (~2^-18 of each activation left out, a product fewer); =1 rounds them to one term
+// (the goldens' 1e-3 does not hold), =0 turns cuBLASLt off. The tiled
 // kernel keeps every path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt
 // runs these shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
 //
@@ -133,8 +134,8 @@ bool algo_for(LtState& s, int64_t N, int64_t K, int64_t ldo, cublasLtMatmulAlgo_
 }
 
 // x [m, K] f32 (row pitch ldx) as kTerms dense bf16 planes [m, K]: the value rounded (h), then
-// (kTerms 3) what it leaves (m = x - h rounded) and what those two leave (l), the decode
-// kernels' three terms. Rows over the grid's y, k over its x.
+// (kTerms 2 or 3) what it leaves (m = x - h rounded) and (kTerms 3) what those two leave (l),
+// the decode kernels' three terms. Rows over the grid's y, k over its x.
 template <int kTerms>
 __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t m, int64_t K,
                                __nv_bfloat16* out) {
@@ -145,11 +146,13 @@ __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t m, int64_t K
       const float v = x[r * ldx + k];
       const __nv_bfloat16 h = __float2bfloat16_rn(v);
       out[r * K + k] = h;
-      if constexpr (kTerms == 3) {
+      if constexpr (kTerms >= 2) {
         const float rest = v - __bfloat162float(h);
         const __nv_bfloat16 mid = __float2bfloat16_rn(rest);
         out[m * K + r * K + k] = mid;
-        out[2 * m * K + r * K + k] = __float2bfloat16_rn(rest - __bfloat162float(mid));
+        if constexpr (kTerms == 3) {
+          out[2 * m * K + r * K + k] = __float2bfloat16_rn(rest - __bfloat162float(mid));
+        }
       }
     }
   }
@@ -200,10 +203,12 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 namespace {
-// The activations' bf16 terms the products carry (HIBANA_CUDA_CUBLAS_PREFILL): 0 (off), 1 or 3.
+// The activations' bf16 terms the products carry (HIBANA_CUDA_CUBLAS_PREFILL): 0 (off), 1, 2
+// or 3 (any other value).
 int cublas_terms() {
   if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", true)) return 0;
-  return knob("HIBANA_CUDA_CUBLAS_PREFILL", 3) == 1 ? 1 : 3;
+  const int64_t t = knob("HIBANA_CUDA_CUBLAS_PREFILL", 3);
+  return t == 1 || t == 2 ? static_cast<int>(t) : 3;
 }
 }  // namespace
 
@@ -251,17 +256,20 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   }
   const int terms = cublas_terms();
   Scratch xb(static_cast<size_t>(terms * m * K) * 2, true);
-  launch_pdl(terms == 3 ? to_bf16_kernel<3> : to_bf16_kernel<1>, grid_for(m, K), dim3(256), 0,
+  launch_pdl(terms == 3   ? to_bf16_kernel<3>
+             : terms == 2 ? to_bf16_kernel<2>
+                          : to_bf16_kernel<1>,
+             grid_for(m, K), dim3(256), 0,
              x.ptr<float>(), x.stride[0], m, K, xb.as<__nv_bfloat16>());
   launched("to_bf16_kernel");
   // bf16 weights as they are where dense and aligned; fp8 (and the others) expanded.
   const bool fp8 = w.w.dtype == DType::f8_e4m3;
   const bool as_is = !fp8 && w.w.stride[0] == K && aligned16(w.w.data);
-  // A scaled fp8 weight in two bf16 planes where the activations have three terms, the second
-  // plane's product with the first term only: the scaled weight to ~2^-16 (the second plane's
-  // rounding; its products with the other terms, each under 2^-16 of the product, are left
-  // out), where one plane left 2^-9.
-  const bool two = fp8 && !w.scale.empty() && terms == 3;
+  // A scaled fp8 weight in two bf16 planes where the activations have two or three terms, the
+  // second plane's product with the first term only: the scaled weight to ~2^-16 (the second
+  // plane's rounding; its products with the other terms, each under 2^-16 of the product, are
+  // left out), where one plane left 2^-9.
+  const bool two = fp8 && !w.scale.empty() && terms >= 2;
   Scratch wb(as_is ? 0 : static_cast<size_t>((two ? 2 : 1) * N * K) * 2, true);
   if (!as_is) {
     const void* sc = w.scale.empty() ? nullptr : w.scale.data;
@@ -280,8 +288,8 @@ bool matmul_cublas(const Tensor& x, const Weight& w, Tensor out) {
   check(algo_for(s, N, K, ldo, algo), ErrorKind::internal,
         "matmul_cublas: no cuBLASLt algorithm (cublas_takes was not asked)");
   Descs d(m, N, K, ldo);
-  // Three terms: the smallest first, each product added to the sum so far (beta 1); with two
-  // weight planes, the first term times the second plane before them.
+  // The terms smallest first, each product added to the sum so far (beta 1); with two weight
+  // planes, the first term times the second plane before them.
   const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
   bool first = true;
   auto product = [&](const void* wp, int t) {

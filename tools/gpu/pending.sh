@@ -9,7 +9,8 @@
 # prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
 # ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes), `20`
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
-# H200: every test, the official decode figures, 20's prefill). The
+# H200: every test, the official decode figures, 20's prefill), `22` (the call after 21: the
+# goldens at two terms, then 18). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -229,6 +230,12 @@ call21() {
   BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
   prefill17 "3 1 0" "2 1 0"
 }
+# The second H200 call after 21: the model and engine tests at two cuBLASLt terms, then 18.
+call22() {
+  use_prebuilt orig || return 1
+  KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+  call18
+}
 # prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
 prefill17() {
   local v c variants=("$@")
@@ -257,5 +264,6 @@ case "${1:-}" in
   19) call19 ;;
   20) call20 ;;
   21) call21 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21" >&2; exit 2 ;;
+  22) call22 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22" >&2; exit 2 ;;
 esac

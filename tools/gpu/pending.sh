@@ -219,16 +219,16 @@ call20() {
   prefill17 "3 1 0" "2 1 0"
   KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
 }
-# One H200 call from the carried default build: every CUDA test, the official decode figures of
-# both shapes, then call 20's prefill at three and two terms. Then, in a second call, 18, the
+# One H200 call from the carried default build: every CUDA test, the 80B's official decode
+# figures, call 20's prefill at three and two terms, the 8B's decode figures. Then, in a second call, 18, the
 # goldens at two terms (`KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=2 tools/gpu/check.sh tests-knobs`)
 # and 19.
 call21() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
   BATCHES=1,8,32,64 timeout 150 tools/gpu/check.sh bench-80b 2>&1 | grep -vE "^\s*$" | tail -7
-  BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
   prefill17 "3 1 0" "2 1 0"
+  BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
 }
 # The second H200 call after 21: the model and engine tests at two cuBLASLt terms, then 18.
 call22() {

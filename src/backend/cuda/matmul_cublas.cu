@@ -1,6 +1,6 @@
 // Prefill products by cuBLASLt (Backend::set_prefill_rows): the rows of a pass's prefill
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
-// scales first, in two planes with three terms), f32 accumulation and output.
+// scales first, in two planes with two or three terms), f32 accumulation and output.
 // HIBANA_CUDA_CUBLAS_PREFILL=3, the default, carries the activations' three terms, as the decode
 // kernels do, in three products into the same output (four for a block-scaled fp8 weight); =2
 // carries two (~2^-18 of each activation left out, a product fewer); =1 rounds them to one term

@@ -44,6 +44,7 @@ struct ServeArgs {
   std::string kv_cache_size = "auto";
   int64_t max_seqs = 32;
   int64_t step_tokens = 512;
+  int64_t prefill_tokens = -1;  // (auto: EngineOptions::prefill_token_budget)
   int tp = 1;
   NodeArgs nodes;  // --nnodes, --node-rank, --master
   int64_t max_queue = 1024;
@@ -109,6 +110,7 @@ ServeSetup setup(const ServeArgs& a) {
       a.kv_cache_size == "auto" ? 0 : server::parse_byte_size(a.kv_cache_size, "--kv-cache-size");
   eo.max_sequences = a.max_seqs;
   eo.step_token_budget = a.step_tokens;
+  eo.prefill_token_budget = a.prefill_tokens;
   eo.max_queue = a.max_queue;
   eo.max_context = a.max_context;
   eo.gdn_mode = a.exact ? GdnMode::recurrent : GdnMode::aligned_chunks;
@@ -271,6 +273,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   args->nodes.add_to(*cmd);
   cmd->add_option("--step-tokens", args->step_tokens,
                   "tokens per forward pass, decode plus prefill (default 512)");
+  cmd->add_option("--prefill-tokens", args->prefill_tokens,
+                  "tokens of a forward pass with nothing decoding, at least --step-tokens "
+                  "(default 4096 on a GPU, --step-tokens on the CPU)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-queue", args->max_queue,
                   "requests waiting before new ones get 429 (default 1024)");
   cmd->add_option("--max-context", args->max_context,

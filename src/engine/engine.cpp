@@ -39,6 +39,12 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
     : model_(std::move(model)), options_(options) {
   check(options_.page_size > 0 && options_.max_sequences > 0 && options_.step_token_budget > 0,
         ErrorKind::invalid_argument, "engine options must be positive");
+  if (options_.prefill_token_budget < 0) {
+    options_.prefill_token_budget =
+        model_->backend().device() == Device::cuda ? kGpuPrefillTokens : 0;
+  }
+  options_.prefill_token_budget =
+      std::max(options_.prefill_token_budget, options_.step_token_budget);
   const StateSpec spec = model_->state_spec();
   const int64_t page_bytes =
       std::max<int64_t>(1, static_cast<int64_t>(spec.kv_bytes_per_token()) * options_.page_size);
@@ -400,6 +406,8 @@ bool Engine::step() {
     plan.push_back({&s, s.computed, 1, true});
     --budget;
   }
+  // A pass without decode rows keeps nobody waiting: it may take the larger prefill budget.
+  if (plan.empty()) budget = options_.prefill_token_budget;
   // Then prefill chunks, in admission order, ending on page boundaries unless they finish the
   // prompt (so a prompt's passes split where a single pass would put chunk boundaries).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {

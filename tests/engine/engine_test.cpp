@@ -110,6 +110,33 @@ TEST(Engine, ConcurrentRequestsGetTheirSoloOutputs) {
   }
 }
 
+// A pass with no decode rows takes up to the prefill budget (EngineOptions::
+// prefill_token_budget): a 600-token prompt alone in passes of 256, 256 and 88 tokens (and
+// one decode step), not in ten of 64; the same tokens. 0, as on the CPU by default, keeps the
+// step budget.
+TEST(Engine, APromptAloneTakesTheLargerPrefillPasses) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_moe");
+  const std::vector<int32_t> prompt = prompt_of(600, 5, model->config().vocab_size);
+  auto run = [&](int64_t prefill_tokens, uint64_t& steps) {
+    EngineOptions opt;
+    opt.step_token_budget = 64;
+    opt.prefill_token_budget = prefill_tokens;
+    Engine engine(model, opt);
+    const Outcome o = collect(*engine.submit(greedy_request(prompt, 2)));
+    engine.wait_idle();
+    steps = engine.metrics().steps;
+    return o.tokens;
+  };
+  uint64_t small = 0, large = 0, unset = 0;
+  const std::vector<int32_t> by_64 = run(0, small), by_256 = run(256, large);
+  EXPECT_EQ(small, 11u);
+  EXPECT_EQ(large, 4u);
+  EXPECT_EQ(by_256, by_64);
+  EXPECT_EQ(by_64, solo(*model, prompt, 2, GdnMode::aligned_chunks));
+  run(-1, unset);  // (auto: the step budget on the CPU)
+  EXPECT_EQ(unset, 11u);
+}
+
 // Sampled requests drawn together (their draws run on the pool's threads) get the tokens each
 // gets alone with its seed, and their logprobs.
 TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {

@@ -1,10 +1,12 @@
 // Prefill products by cuBLASLt (Backend::set_prefill_rows): the rows of a pass's prefill
 // blocks as bf16 terms times bf16 weights (fp8 weights expanded to bf16 with their block
 // scales first, in two planes with two or three terms), f32 accumulation and output.
-// HIBANA_CUDA_CUBLAS_PREFILL=3, the default, carries the activations' three terms, as the decode
-// kernels do, in three products into the same output (four for a block-scaled fp8 weight); =2
-// carries two (~2^-18 of each activation left out, a product fewer); =1 rounds them to one term
-// (the goldens' 1e-3 does not hold), =0 turns cuBLASLt off. The tiled
+// HIBANA_CUDA_CUBLAS_PREFILL=2, the default, carries the activations in two bf16 terms (~2^-18
+// of each left out) in two products into the same output (three for a block-scaled fp8
+// weight): every golden holds, and the 8B's 8k prefill ran 1.27 times as fast as with =3, the
+// decode kernels' three terms in three products (four), on an H100 (docs/benchmarks.md,
+// thirty-sixth slice); =1 rounds them to one term (the goldens' 1e-3 does not hold), =0 turns
+// cuBLASLt off. The tiled
 // kernel keeps every path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt
 // runs these shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
 //
@@ -204,11 +206,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 namespace {
 // The activations' bf16 terms the products carry (HIBANA_CUDA_CUBLAS_PREFILL): 0 (off), 1, 2
-// or 3 (any other value).
+// (unset or any other value) or 3.
 int cublas_terms() {
   if (!knob_on("HIBANA_CUDA_CUBLAS_PREFILL", true)) return 0;
-  const int64_t t = knob("HIBANA_CUDA_CUBLAS_PREFILL", 3);
-  return t == 1 || t == 2 ? static_cast<int>(t) : 3;
+  const int64_t t = knob("HIBANA_CUDA_CUBLAS_PREFILL", 2);
+  return t == 1 || t == 3 ? static_cast<int>(t) : 2;
 }
 }  // namespace
 

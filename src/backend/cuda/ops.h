@@ -44,7 +44,7 @@ void matmul(const Tensor& x, const Weight& w, Tensor out);
 // rows, so a row's bits do not depend on how many the product has. cublas_takes: whether it
 // takes this product (bf16 or fp8 weights, f32 activations and outputs with 16-byte rows, an
 // algorithm found; not with HIBANA_CUDA_CUBLAS_PREFILL=0; =1 the activations as one bf16 term,
-// =2 as two, =3, the default, their three terms); the output must be 16-byte aligned.
+// =2, the default, as two, =3 their three terms); the output must be 16-byte aligned.
 // matmul_cublas returns false, computing nothing, where the shape's algorithm does not take
 // x's row count (cublasLtMatmulAlgoCheck): those rows are the caller's.
 bool cublas_takes(const Tensor& x, const Weight& w, const Tensor& out);

@@ -16,7 +16,8 @@
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
 # thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11,
 # 12 and 16 on 9a098a3, from prebuilt binaries as calls 13, 14 and 16; the thirty-fifth slice's
-# 17 on cba2479, on an H100).
+# 17 on cba2479, on an H100; the thirty-sixth slice's 21 (less the 8B's figures), 20's goldens
+# and 19's passes on 7ad98bc, on an H100).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8

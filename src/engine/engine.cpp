@@ -408,6 +408,7 @@ bool Engine::step() {
   }
   // A pass without decode rows keeps nobody waiting: it may take the larger prefill budget.
   if (plan.empty()) budget = options_.prefill_token_budget;
+  const size_t decodes = plan.size();
   // Then prefill chunks, in admission order, ending on page boundaries unless they finish the
   // prompt (so a prompt's passes split where a single pass would put chunk boundaries).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -417,6 +418,11 @@ bool Engine::step() {
     if (!prefilling) continue;
     int64_t end = std::min(len, s.computed + budget);
     if (end < len) end = end / page * page;
+    // Decodes may leave less than a page, which the alignment rounds to nothing for every
+    // prompt until they end: the pass's first prefill chunk then takes a page.
+    if (end <= s.computed && plan.size() == decodes) {
+      end = std::min(len, s.computed / page * page + page);
+    }
     if (end <= s.computed) continue;
     // End a chunk where the checkpoint policy wants the recurrent state.
     if (pools_->cache && pools_->cache->hybrid()) {

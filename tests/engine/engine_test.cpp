@@ -137,6 +137,27 @@ TEST(Engine, APromptAloneTakesTheLargerPrefillPasses) {
   EXPECT_EQ(unset, 11u);
 }
 
+// Decodes that leave less than a page of the step budget do not stall a prompt until they end:
+// with a 64-token budget and one sequence generating 40 tokens, a 200-token prompt admitted
+// with it prefills a page a pass beside its decodes (one pass over the budget each) and both
+// are done in the generating sequence's 40 passes (not 45: 40, then the prompt's 4 and a
+// decode). Both get their solo tokens.
+TEST(Engine, DecodesLeavingUnderAPageDoNotStallAPrompt) {
+  std::shared_ptr<const Model> model = test::load_fixture_model("qwen3_moe");
+  const int64_t V = model->config().vocab_size;
+  const std::vector<int32_t> a = prompt_of(10, 6, V), b = prompt_of(200, 7, V);
+  EngineOptions opt;
+  opt.step_token_budget = 64;
+  Engine engine(model, opt);
+  engine.hold_admission(true);  // both start in the same step
+  auto sa = engine.submit(greedy_request(a, 40)), sb = engine.submit(greedy_request(b, 2));
+  engine.hold_admission(false);
+  EXPECT_EQ(collect(*sb).tokens, solo(*model, b, 2, GdnMode::aligned_chunks));
+  EXPECT_EQ(collect(*sa).tokens, solo(*model, a, 40, GdnMode::aligned_chunks));
+  engine.wait_idle();
+  EXPECT_EQ(engine.metrics().steps, 40u);
+}
+
 // Sampled requests drawn together (their draws run on the pool's threads) get the tokens each
 // gets alone with its seed, and their logprobs.
 TEST(Engine, SampledRequestsInOneBatchGetTheirSoloTokens) {

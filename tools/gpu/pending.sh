@@ -221,9 +221,7 @@ call20() {
   KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
 }
 # One H200 call from the carried default build: every CUDA test, the 80B's official decode
-# figures, call 20's prefill at three and two terms, the 8B's decode figures. Then, in a second call, 18, the
-# goldens at two terms (`KNOBS=HIBANA_CUDA_CUBLAS_PREFILL=2 tools/gpu/check.sh tests-knobs`)
-# and 19.
+# figures, call 20's prefill at three and two terms, the 8B's decode figures. Then 22.
 call21() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4

@@ -6,9 +6,9 @@
 // weight): every golden holds, and the 8B's 8k prefill ran 1.27 times as fast as with =3, the
 // decode kernels' three terms in three products (four), on an H100 (docs/benchmarks.md,
 // thirty-sixth slice); =1 rounds them to one term (the goldens' 1e-3 does not hold), =0 turns
-// cuBLASLt off. The tiled
-// kernel keeps every path's bits by carrying the three terms at ~75 TFLOP/s on an H100; cuBLASLt
-// runs these shapes at 665-780 (docs/benchmarks.md, thirty-third slice).
+// cuBLASLt off. The tiled kernel keeps every path's bits by carrying the three terms at ~75
+// TFLOP/s on an H100; cuBLASLt runs these shapes at 665-780 (docs/benchmarks.md, thirty-third
+// slice).
 //
 // The bits of a row must not depend on how many rows the product has (the pass's other
 // sequences, how the prompt was cut into chunks of whole blocks): each (weight shape, output

@@ -9,8 +9,9 @@
 # prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
 # ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes), `20`
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
-# H200: every test, the official decode figures, 20's prefill), `22` (the call after 21: the
-# goldens at two terms, then 18). The
+# H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
+# memcheck on the goldens, 4096-token prefill passes, then 18), `23` (21's tests and 22's first
+# two on any GPU). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -199,15 +200,7 @@ call18() {
 call19() {
   use_prebuilt orig || return 1
   timeout 60 $B/tests/backend_tests --gtest_filter='CudaOps.Moe*' --gtest_brief=1 2>&1 | tail -3
-  local c chunk
-  for c in "qwen3-next-80b-a3b fp8" "qwen3-8b bf16"; do
-    for chunk in 0 512 2048; do
-      set -- $c
-      HIBANA_CUDA_TIMING=1 timeout 90 $B/hibana bench prefill --device cuda --load-format dummy \
-        --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
-        grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -7
-    done
-  done
+  prefill_chunks 0 512 2048
 }
 # The prefill products by cuBLASLt with two bf16 terms of the activations
 # (HIBANA_CUDA_CUBLAS_PREFILL=2) against the default three, from the carried default build: the
@@ -230,10 +223,33 @@ call21() {
   BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
 }
 # The second H200 call after 21: the model and engine tests at two cuBLASLt terms, then 18.
+# Call 22 (after 21, whose tests ran the two-term cuBLASLt prefill, the default since f07e080):
+# memcheck on every golden at that default, the 8k-token prefill in the 4096-token passes a
+# prompt alone now takes (a2e07f4: 2048 and one pass bracket it), then 18's fp8 rings.
 call22() {
   use_prebuilt orig || return 1
-  KNOBS="HIBANA_CUDA_CUBLAS_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -10
+  sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
+  prefill_chunks 4096
   call18
+}
+# Where the H200 does not come: 21's tests and 22's memcheck and 4096-token passes (any GPU).
+call23() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
+  prefill_chunks 4096
+}
+# prefill_chunks CHUNK...: the 8k-token prefill of both shapes in passes of each CHUNK tokens.
+prefill_chunks() {
+  local c chunk chunks=("$@")
+  for c in "qwen3-next-80b-a3b fp8" "qwen3-8b bf16"; do
+    for chunk in "${chunks[@]}"; do
+      set -- $c
+      HIBANA_CUDA_TIMING=1 timeout 90 $B/hibana bench prefill --device cuda --load-format dummy \
+        --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
+        grep -E "prefill [0-9]+ tokens|matmul|attention|moe|error" | head -7
+    done
+  done
 }
 # prefill17 "CUBLAS MMA GROUPED"...: the 8k-token prefill of both shapes with those switches.
 prefill17() {
@@ -264,5 +280,6 @@ case "${1:-}" in
   20) call20 ;;
   21) call21 ;;
   22) call22 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22" >&2; exit 2 ;;
+  23) call23 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23" >&2; exit 2 ;;
 esac

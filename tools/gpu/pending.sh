@@ -232,12 +232,28 @@ call22() {
   prefill_chunks 4096
   call18
 }
-# Where the H200 does not come: 21's tests and 22's memcheck and 4096-token passes (any GPU).
+# Where the H200 does not come (any GPU): 21's tests, Nsight Compute of the experts' prefill
+# launches, 22's memcheck and 4096-token passes.
 call23() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  experts_ncu
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
+}
+# Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (65% of the
+# 80B's one-pass prefill at 2.2% of the fp8 peak; one term was only ~9% faster, so not the
+# mma): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
+# replay may have to save), layer 2's gate/up (launch 4 of the run) and its down projection.
+experts_ncu() {
+  python3 -c "import json; c = json.load(open('bench/configs/qwen3-next-80b-a3b.json'));
+c['num_hidden_layers'] = 4; json.dump(c, open('/tmp/next4.json', 'w'))" || return 1
+  local skip
+  for skip in 4 5; do
+    SKIP=$skip NCU_TIMEOUT=150 ncu_stalls "experts_tiled_$skip" 'mm::.*tiled_kernel<[^,]*, true' \
+      $B/hibana bench prefill --device cuda --load-format dummy --config /tmp/next4.json \
+      --dtype fp8 --prompt-tokens 8192
+  done
 }
 # prefill_chunks CHUNK...: the 8k-token prefill of both shapes in passes of each CHUNK tokens.
 prefill_chunks() {

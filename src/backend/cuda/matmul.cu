@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   const int64_t m0 = static_cast<int64_t>(m_tile) * BM;
   if (m0 >= rows_here) return;
 
-  // Global x and out rows of the BM rows of the tile (-1 past the end).
-  __shared__ int64_t x_row[BM], o_row[BM];
-  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, x_row, o_row);
+  // Where the BM rows' activations start, and their out rows (-1 past the end).
+  __shared__ int64_t x_at[BM], o_row[BM];
+  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, p.ldx, x_at, o_row);
   __syncthreads();
 
   const int64_t k_begin = kSerial ? 0 : split0 * p.split_len;
@@ -113,16 +113,16 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
       for (int c = tid; c < BM * (BK / 4); c += kThreads) {
         const int r = c / (BK / 4), part = c % (BK / 4);
         const int64_t gk = k0 + part * 4;
-        const bool ok = x_row[r] >= 0 && gk < k_end;
-        const float* src = ok ? p.x + x_row[r] * p.ldx + gk : p.x;
+        const bool ok = x_at[r] >= 0 && gk < k_end;
+        const float* src = ok ? p.x + x_at[r] + gk : p.x;
         cp_async16(xdst + r * XP + part * 4, src, ok);
       }
     } else {
       for (int c = tid; c < BM * BK; c += kThreads) {
         const int r = c / BK, kk = c % BK;
         const int64_t gk = k0 + kk;
-        const bool ok = x_row[r] >= 0 && gk < k_end;
-        cp_async4(xdst + r * XP + kk, ok ? p.x + x_row[r] * p.ldx + gk : p.x, ok);
+        const bool ok = x_at[r] >= 0 && gk < k_end;
+        cp_async4(xdst + r * XP + kk, ok ? p.x + x_at[r] + gk : p.x, ok);
       }
     }
   };

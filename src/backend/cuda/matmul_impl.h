@@ -132,21 +132,24 @@ __device__ __forceinline__ int group_of_slice(const Params& p) {
   return z < n ? g : -1;
 }
 
-// The x row and out row of each of a CTA's n token rows from m0 (-1 past the group's rows);
-// grouped launches read them from the group's row list (out row r, x row r / x_div).
+// Where the activations of each of a CTA's n token rows from m0 start (its x row times x_ld:
+// the kernels' copies add k to it, one product a row and CTA instead of one a copy and stage)
+// and its out row (both -1 past the group's rows); grouped launches read them from the group's
+// row list (out row r, x row r / x_div).
 template <bool kGrouped>
 __device__ __forceinline__ void fill_rows(const Params& p, const int32_t* rows, int64_t m0,
-                                          int64_t rows_here, int n, int64_t* x_row,
+                                          int64_t rows_here, int n, int64_t x_ld, int64_t* x_at,
                                           int64_t* o_row) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t m = m0 + i;
     if (m >= rows_here) {
-      x_row[i] = o_row[i] = -1;
+      x_at[i] = o_row[i] = -1;
     } else if constexpr (kGrouped) {
       o_row[i] = rows[m];
-      x_row[i] = rows[m] / p.x_div;
+      x_at[i] = rows[m] / p.x_div * x_ld;
     } else {
-      o_row[i] = x_row[i] = m;
+      o_row[i] = m;
+      x_at[i] = m * x_ld;
     }
   }
 }
@@ -161,6 +164,42 @@ __device__ __forceinline__ float scale_at(const Params& p, const void* scale, in
                                           int64_t k) {
   return scale_entry(p, scale, (n / p.block_rows) * p.scale_ld + k / p.block_cols);
 }
+
+// The block scales of a thread's R weight rows as its chunks advance through K in order from
+// k_first, in chunks whose ends include every block's end (block_cols a multiple of the chunk:
+// mma_supports): the tiled and mma kernels' folds. The current block's entries are running
+// indices and its end a running k, where scale_at took two 64-bit divisions a row and fold and
+// the fold's test a 64-bit remainder a chunk (each a long emulated sequence: the grouped fp8
+// tiled kernel's PTX had 21 divisions, the bf16 one's 40), and each block's scales are loaded
+// when the block before it ends, a block ahead of their fold, not as a round trip inside it.
+// The same entries scale_at reads: the same bits.
+template <int R>
+struct BlockScales {
+  int64_t at[R];  // the current block's entry of each row, or -1 (a row past N: scale 0)
+  float s[R];     // the current block's scales
+  int64_t end;    // k where the current block ends
+
+  __device__ void start(const Params& p, const void* scale, const int64_t (&row)[R], int64_t N,
+                        int64_t k_first) {
+    const int64_t kb = k_first / p.block_cols;
+#pragma unroll
+    for (int r = 0; r < R; ++r) at[r] = row[r] < N ? row[r] / p.block_rows * p.scale_ld + kb : -1;
+    end = (kb + 1) * p.block_cols;
+    load(p, scale);
+  }
+  __device__ void load(const Params& p, const void* scale) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = at[r] >= 0 ? scale_entry(p, scale, at[r]) : 0.0f;
+  }
+  // The chunk ending at cend ended the current block: the next one's scales, where it starts
+  // before K.
+  __device__ void next(const Params& p, const void* scale) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) at[r] += at[r] >= 0 ? 1 : 0;
+    if (end < p.K) load(p, scale);
+    end += p.block_cols;
+  }
+};
 
 // Split-parallel launches: after every thread of the CTA has stored its
 // partial sums, true in the CTA that finished its tile last, which then adds the tile's splits

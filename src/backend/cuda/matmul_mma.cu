@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
   const int64_t m0 = static_cast<int64_t>(m_tile) * BM;
   if (m0 >= rows_here) return;
 
-  __shared__ int64_t x_row[BM], o_row[BM];
-  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, x_row, o_row);
+  __shared__ int64_t x_at[BM], o_row[BM];  // (fill_rows)
+  fill_rows<kGrouped>(p, rows, m0, rows_here, BM, p.ldx, x_at, o_row);
   __syncthreads();
 
   const int64_t rA = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp * 16 + g, rB = rA + 8;
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
       for (int i = threadIdx.x; i < BM * kStageK / 4; i += kWarps * 32) {
         const int r = i / (kStageK / 4), c = i % (kStageK / 4);
         const int64_t k = st.k0 + 4 * c;
-        const bool ok = x_row[r] >= 0 && k < st.k_end;
-        const float* src = p.x + (ok ? x_row[r] * p.ldx + k : 0);
+        const bool ok = x_at[r] >= 0 && k < st.k_end;
+        const float* src = p.x + (ok ? x_at[r] + k : 0);
         if (p.vec_x) {
           cp_async16(xr + r * kStageK + 4 * c, src, ok);
         } else {
@@ -166,6 +166,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
     for (int i = 0; i < 4; ++i)
       total[nt][i] = acc[nt][i] = ch[nt][i] = cm[nt][i] = cl[nt][i] = 0.0f;
   }
+  // Scaled formats: the block scales of the lane's rows A and B from the CTA's first k.
+  BlockScales<2> scales;
+  if (mat.scale != nullptr) {
+    const int64_t scale_rows[2] = {rA, rB};
+    scales.start(p, mat.scale, scale_rows, p.N, k_first);
+  }
   auto multiply = [&](const Stage& st, int x_slot) {
     const int64_t k_end = st.k_end;
     const uint4* slot = ring + st.slot * S::kLaneCopies * 32;
@@ -192,9 +198,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
       }
       // Scaled formats: each scale block's sum is scaled and added as the block ends.
       const int64_t cend = ck + KC;
-      if (mat.scale != nullptr && (cend % p.block_cols == 0 || cend >= k_end)) {
-        const float sa = okA ? scale_at(p, mat.scale, rA, ck) : 0.0f;
-        const float sb = okB ? scale_at(p, mat.scale, rB, ck) : 0.0f;
+      if (mat.scale != nullptr && (cend == scales.end || cend >= k_end)) {
+        const float sa = scales.s[0], sb = scales.s[1];
+        if (cend == scales.end) scales.next(p, mat.scale);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll

@@ -123,11 +123,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   if (m0 >= rows_here) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
 
-  __shared__ int64_t x_row[kTileTokens], o_row[kTileTokens];
+  // Where each token's activations start (elements from p.x or, kPre, from a plane's start).
+  __shared__ int64_t x_at[kTileTokens], o_row[kTileTokens];
   __shared__ bool one_row[kOneRowBytes];  // (read only where p.one_term is set)
-  static_assert(sizeof(x_row) + sizeof(o_row) + sizeof(one_row) == kStaticSmem,
+  static_assert(sizeof(x_at) + sizeof(o_row) + sizeof(one_row) == kStaticSmem,
                 "depth_for counts them");
-  fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, x_row, o_row);
+  fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, kPre ? p.ld_split : p.ldx, x_at, o_row);
   __syncthreads();
   // One-term rows (Params::one_term; rows past the group count as such): a tile of them alone
   // runs only the first term's products.
@@ -146,18 +147,26 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
   const int64_t stages = (p.K + kStageK - 1) / kStageK;
+  // A thread's weight pieces: piece `w_piece` of rows w_row0 + j * kWRowStep (j < kWCopies),
+  // from w_first + j * w_step bytes (the row products made once, not a copy and stage).
+  constexpr int kWPieces = T::kWBytes / 16, kPiecesPerRow = T::kRowBytes / 16;
+  constexpr int kWCopies = kWPieces / kThreads, kWRowStep = kThreads / kPiecesPerRow;
+  static_assert(kWPieces % kThreads == 0 && kThreads % kPiecesPerRow == 0, "weight pieces");
+  const int w_row0 = threadIdx.x / kPiecesPerRow, w_piece = threadIdx.x % kPiecesPerRow;
+  const int64_t w_step = int64_t{kWRowStep} * p.ldw * T::esize;
+  const unsigned char* w_first = wbase + (n0 + w_row0) * p.ldw * T::esize + w_piece * 16;
   // Stage kt's weights and raw activations into slot `slot` (kt % depth); pieces past K or past
   // the tile's rows are zeros.
   auto load_stage = [&](int64_t kt, int slot) {
     unsigned char* base = smem + slot * T::kStageBytes;
     const int64_t k0 = kt * kStageK;
-    constexpr int kWPieces = T::kWBytes / 16, kPiecesPerRow = T::kRowBytes / 16;
-    for (int i = threadIdx.x; i < kWPieces; i += kThreads) {
-      const int row = i / kPiecesPerRow, piece = i % kPiecesPerRow;
-      const int64_t n = n0 + row, k = k0 + piece * T::VE;
-      const bool ok = n < p.N && k < p.K;
-      cp_async16(base + T::w_offset(row, piece),
-                 wbase + ((ok ? n : 0) * p.ldw + (ok ? k : 0)) * T::esize, ok);
+    const bool k_in = k0 + w_piece * T::VE < p.K;
+#pragma unroll
+    for (int j = 0; j < kWCopies; ++j) {
+      const int row = w_row0 + j * kWRowStep;
+      const bool ok = n0 + row < p.N && k_in;
+      cp_async16(base + T::w_offset(row, w_piece),
+                 ok ? w_first + j * w_step + k0 * T::esize : wbase, ok);
     }
     if constexpr (kPre) {  // the terms' 16-byte units; rows are whole stages (zeros past K)
       // A thread copies unit u of tokens tok0 and tok0 + 32 in each term's plane.
@@ -166,8 +175,8 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int tok = tok0 + 32 * half;
-        const int64_t r = x_row[tok];
-        const uint16_t* src = p.xsplit + (r >= 0 ? r * p.ld_split + k0 + 8 * u : 0);
+        const int64_t r = x_at[tok];
+        const uint16_t* src = p.xsplit + (r >= 0 ? r + k0 + 8 * u : 0);
         unsigned char* dst = base + T::kWBytes + T::unit_offset(tok, u);
 #pragma unroll
         for (int term = 0; term < 3; ++term)
@@ -177,9 +186,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       float* xs = reinterpret_cast<float*>(base + T::kWBytes);
       for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
         const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
-        const int64_t r = x_row[tok], k = k0 + 4 * q;
+        const int64_t r = x_at[tok], k = k0 + 4 * q;
         const bool ok = r >= 0 && k < p.K;
-        cp_async16(xs + tok * kStageK + 4 * q, p.x + (ok ? r * p.ldx + k : 0), ok);
+        cp_async16(xs + tok * kStageK + 4 * q, p.x + (ok ? r + k : 0), ok);
       }
     }
   };
@@ -229,12 +238,19 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         }
   };
 
-  // kOne: the tile's rows are all one-term rows (the m and l products skipped).
-  auto compute = [&](auto one, int slot, int64_t k0) {
+  // Scaled formats: the block scales of the lane's four rows (rows g and g + 8 of each m tile).
+  BlockScales<4> scales;
+  if (scaled) {
+    const int64_t r0 = n0 + wr + g;
+    const int64_t scale_rows[4] = {r0, r0 + 8, r0 + 16, r0 + 24};
+    scales.start(p, mat.scale, scale_rows, p.N, 0);
+  }
+
+  // kOne: the tile's rows are all one-term rows (the m and l products skipped). k_end: the end
+  // of the split holding k0.
+  auto compute = [&](auto one, int slot, int64_t k0, int64_t k_end) {
     [[maybe_unused]] constexpr bool kOne = decltype(one)::value;  // (not read with kPre)
     const unsigned char* ws = smem + slot * T::kStageBytes;
-    const int64_t split_begin = k0 / p.split_len * p.split_len;
-    const int64_t k_end = min(p.K, split_begin + p.split_len);
 #pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
       const int64_t ck = k0 + c * T::KC;
@@ -303,12 +319,14 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
       // Scaled formats: each scale block's sum is scaled and added as the block ends.
       const int64_t cend = ck + T::KC;
-      if (scaled && (cend % p.block_cols == 0 || cend >= k_end)) {
+      if (scaled && (cend == scales.end || cend >= k_end)) {
+        float s[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) s[r] = scales.s[r];
+        if (cend == scales.end) scales.next(p, mat.scale);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          const int64_t rA = n0 + wr + mt * 16 + g, rB = rA + 8;
-          const float sa = rA < p.N ? scale_at(p, mat.scale, rA, ck) : 0.0f;
-          const float sb = rB < p.N ? scale_at(p, mat.scale, rB, ck) : 0.0f;
+          const float sa = s[2 * mt], sb = s[2 * mt + 1];
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -329,6 +347,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   // Stage kt is in slot kt % depth; stage kt + depth - 1 goes to the slot stage kt - 1 left
   // (the one before, cyclically).
   int slot = 0;
+  // The end of the split holding the stage (splits are whole stages: multiples of
+  // kSplitQuantum), advanced as the stages pass it instead of a division a stage.
+  int64_t split_end = min(p.K, p.split_len);
   for (int64_t kt = 0; kt < stages; ++kt) {
     if (depth == kMaxDepth) {
       cp_async_wait<kMaxDepth - 2>();
@@ -343,15 +364,18 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     cp_async_commit();
     if constexpr (!kPre) __syncthreads();  // the split terms are visible
     const int64_t k0 = kt * kStageK;
-    if (k0 > 0 && k0 % p.split_len == 0) end_split(k0 == p.split_len);
+    if (k0 == split_end) {
+      end_split(k0 == p.split_len);
+      split_end = min(p.K, k0 + p.split_len);
+    }
     if constexpr (kGrouped && !kPre) {
       if (all_one) {
-        compute(std::true_type{}, slot, k0);
+        compute(std::true_type{}, slot, k0, split_end);
       } else {
-        compute(std::false_type{}, slot, k0);
+        compute(std::false_type{}, slot, k0, split_end);
       }
     } else {
-      compute(std::false_type{}, slot, k0);
+      compute(std::false_type{}, slot, k0, split_end);
     }
     slot = slot + 1 == depth ? 0 : slot + 1;
   }

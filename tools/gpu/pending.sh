@@ -11,7 +11,7 @@
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
 # H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
 # memcheck on the goldens, 4096-token prefill passes, then 18), `23` (21's tests and 22's first
-# two on any GPU). The
+# two on any GPU), `24` (the tiled kernel's bookkeeping against the build before it). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -241,6 +241,25 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
+# The tiled and mma kernels' bookkeeping without divisions in their loops (BlockScales, x rows
+# as offsets, weight rows as a base and a step): every CUDA test (unless TESTS=0), then the 80B's
+# 8k-token prefill in one pass and in 4096-token passes by the carried build from before
+# (`before`: orig's hibana at c041529) and orig, alternating, two rounds.
+call24() {
+  use_prebuilt orig || return 1
+  [ "${TESTS:-1}" = 0 ] || timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  local round b chunk
+  for round in 1 2; do
+    for chunk in 0 4096; do
+      for b in before orig; do
+        echo "$b, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=${TIMING:-0} timeout 90 \
+          .prebuilt/$b/hibana bench prefill --device cuda --load-format dummy \
+          --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --prompt-tokens 8192 \
+          --chunk $chunk 2>&1 | grep -E 'prefill [0-9]+ tokens|moe|error' | head -3 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (65% of the
 # 80B's one-pass prefill at 2.2% of the fp8 peak; one term was only ~9% faster, so not the
 # mma): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -297,5 +316,6 @@ case "${1:-}" in
   21) call21 ;;
   22) call22 ;;
   23) call23 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23" >&2; exit 2 ;;
+  24) call24 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24" >&2; exit 2 ;;
 esac

@@ -11,7 +11,8 @@
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
 # H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
 # memcheck on the goldens, 4096-token prefill passes, then 18), `23` (21's tests and 22's first
-# two on any GPU), `24` (the tiled kernel's bookkeeping against the build before it). The
+# two on any GPU), `24` (the tiled kernel's bookkeeping against the build before it), `25` (the experts'
+# prefill rows in two terms, and pre-split). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -260,6 +261,32 @@ call24() {
     done
   done
 }
+# The experts' prefill rows in two terms (HIBANA_CUDA_GROUPED_PREFILL=2) and the experts'
+# activations split before the tiled kernel (HIBANA_CUDA_TILED_PRESPLIT=1; 13% slower before
+# call 24's bookkeeping): their tests (the goldens with two terms), then the 80B's 8k-token
+# prefill in one pass and in 4096-token passes with each, alternating, two rounds.
+call25() {
+  use_prebuilt orig || return 1
+  timeout 60 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*:CudaTiled*' --gtest_brief=1 \
+    2>&1 | grep -E "Failure|Expected|Which|PASSED|FAILED|terms" | head -20
+  KNOBS="HIBANA_CUDA_GROUPED_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -6
+  prefill_variants "" "HIBANA_CUDA_GROUPED_PREFILL=2" "HIBANA_CUDA_TILED_PRESPLIT=1"
+}
+# prefill_variants ENV...: the 80B's 8k-token prefill, one pass then 4096-token passes, with
+# each ENV ("NAME=VALUE ...", or "" for the defaults) in turn, two rounds.
+prefill_variants() {
+  local round v chunk
+  for round in 1 2; do
+    for chunk in 0 4096; do
+      for v in "$@"; do
+        echo "${v:-defaults}, passes of ${chunk/#0/8192}: $(env $v timeout 90 $B/hibana bench \
+          prefill --device cuda --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json \
+          --dtype fp8 --prompt-tokens 8192 --chunk $chunk 2>&1 |
+          grep -E 'prefill [0-9]+ tokens|error' | head -2 | cut -c1-70 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (65% of the
 # 80B's one-pass prefill at 2.2% of the fp8 peak; one term was only ~9% faster, so not the
 # mma): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -317,5 +344,6 @@ case "${1:-}" in
   22) call22 ;;
   23) call23 ;;
   24) call24 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24" >&2; exit 2 ;;
+  25) call25 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25" >&2; exit 2 ;;
 esac

@@ -363,7 +363,8 @@ class CudaBackend final : public Backend {
     prefill_tokens_ = rows.empty() ? 0 : tokens;
     prefill_rows_ = std::move(rows);
     prefill_mask_.reset();
-    if (prefill_tokens_ > 0 && grouped_prefill()) {
+    prefill_terms_ = grouped_prefill_terms();
+    if (prefill_tokens_ > 0 && prefill_terms_ < 3) {
       prefill_mask_ = std::make_unique<cuda::Scratch>(static_cast<size_t>(tokens), true);
       cuda::mark_prefill_tokens(prefill_rows_, tokens, prefill_mask_->as<uint8_t>());
     }
@@ -467,7 +468,7 @@ class CudaBackend final : public Backend {
                    const ExpertWeights& experts, Tensor out) override {
     Timed timed(timer_, "moe_experts");
     cuda::moe_experts(x, ids, weights, experts, out, fused_swiglu(), grouped_prefetch(),
-                      one_term(x.shape[0]));
+                      prefill_terms(x.shape[0]));
   }
   void moe_route_experts(const Tensor& x, const Tensor& logits, int64_t k, bool renormalise,
                          const Tensor& shared_gate, const ExpertWeights& experts, Tensor ids,
@@ -485,7 +486,7 @@ class CudaBackend final : public Backend {
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early(), one_term(x.shape[0])});
+                                 shared_expert_early(), prefill_terms(x.shape[0])});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);
@@ -516,9 +517,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The pass's prefill tokens' mask (HIBANA_CUDA_GROUPED_PREFILL) for an op over `tokens` rows.
-  const uint8_t* one_term(int64_t tokens) const {
-    return prefill_mask_ && tokens == prefill_tokens_ ? prefill_mask_->as<uint8_t>() : nullptr;
+  // The pass's prefill tokens' mask and terms (HIBANA_CUDA_GROUPED_PREFILL) for an op over
+  // `tokens` rows (no mask: none).
+  cuda::PrefillTerms prefill_terms(int64_t tokens) const {
+    if (!prefill_mask_ || tokens != prefill_tokens_) return {};
+    return {prefill_mask_->as<uint8_t>(), prefill_terms_};
   }
   // The pass's prefill rows for an op over `tokens` rows: null unless they are the pass's.
   const std::vector<RowRange>* pass_rows(int64_t tokens) const {
@@ -553,7 +556,8 @@ class CudaBackend final : public Backend {
   OpTimer timer_;
   int64_t prefill_tokens_ = 0;  // set_prefill_rows: 0 outside a pass with prefill rows
   std::vector<RowRange> prefill_rows_;
-  std::unique_ptr<cuda::Scratch> prefill_mask_;  // one_term's, for the pass
+  std::unique_ptr<cuda::Scratch> prefill_mask_;  // prefill_terms', for the pass
+  int prefill_terms_ = 3;
 };
 
 }  // namespace

@@ -17,13 +17,19 @@ inline bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 // On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
 // off. Read at every call.
 inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
-// HIBANA_CUDA_GROUPED_PREFILL: the MoE experts' rows of a pass's prefill tokens
-// (Backend::set_prefill_rows) carry only the activations' first bf16 term, in the tiled kernel
-// (mm::Params::one_term): a third of the products where a tile has no other rows. Off: with it
-// the qwen3_moe and qwen3_5_moe chunked goldens fail (last-position logits 0.053 from
-// transformers' against 1e-3; H100, docs/benchmarks.md, thirty-fifth slice). Read when a pass
-// starts.
-inline bool grouped_prefill() { return knob_on("HIBANA_CUDA_GROUPED_PREFILL", false); }
+// HIBANA_CUDA_GROUPED_PREFILL=N (1 or 2): the MoE experts' rows of a pass's prefill tokens
+// (Backend::set_prefill_rows) carry only the activations' first N bf16 terms, in the tiled
+// kernel (mm::Params::prefill_mask): N thirds of the products where a tile has no other rows.
+// 0 or 3, the default: all three. With 1 the qwen3_moe and qwen3_5_moe chunked goldens fail
+// (last-position logits 0.053 from transformers' against 1e-3; H100, docs/benchmarks.md,
+// thirty-fifth slice); 2 carries what cuBLASLt's prefill products carry (~2^-18 of each
+// activation left out). Read when a pass starts.
+inline int grouped_prefill_terms() {
+  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 0);
+  check(n >= 0 && n <= 3, ErrorKind::invalid_argument,
+        "HIBANA_CUDA_GROUPED_PREFILL must be 0, 1, 2 or 3");
+  return n == 0 ? 3 : static_cast<int>(n);
+}
 // HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
 // expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone, +3.1% with the two below: docs/benchmarks.md, fifteenth slice); =0

@@ -37,11 +37,12 @@ constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
 constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
 constexpr int kThreads = 256;
 constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
-// The kernel's static shared memory: its tile's x and out row numbers, its one-term rows.
+// The kernel's static shared memory: where its tile's x rows start, its out rows, its short
+// rows.
 // (The flags take a whole 128-byte line, so the dynamic memory after them stays aligned.)
-constexpr int kOneRowBytes = 128;
-static_assert(kTiledTokens <= kOneRowBytes, "a flag a token");
-constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t)) + kOneRowBytes;
+constexpr int kShortRowBytes = 128;
+static_assert(kTiledTokens <= kShortRowBytes, "a flag a token");
+constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t)) + kShortRowBytes;
 constexpr int kMaxDepth = 3;  // pipeline slots (Params::tiled_depth: 3, or 2 where memory is short)
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
@@ -125,23 +126,23 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 
   // Where each token's activations start (elements from p.x or, kPre, from a plane's start).
   __shared__ int64_t x_at[kTileTokens], o_row[kTileTokens];
-  __shared__ bool one_row[kOneRowBytes];  // (read only where p.one_term is set)
-  static_assert(sizeof(x_at) + sizeof(o_row) + sizeof(one_row) == kStaticSmem,
+  __shared__ bool short_row[kShortRowBytes];  // (read only where p.prefill_mask is set)
+  static_assert(sizeof(x_at) + sizeof(o_row) + sizeof(short_row) == kStaticSmem,
                 "depth_for counts them");
   fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, kPre ? p.ld_split : p.ldx, x_at, o_row);
   __syncthreads();
-  // One-term rows (Params::one_term; rows past the group count as such): a tile of them alone
-  // runs only the first term's products.
-  bool all_one = false;
+  // Short rows (a pass's prefill tokens', Params::prefill_mask; rows past the group count as
+  // such) carry p.prefill_terms terms: a tile of them alone runs only those terms' products.
+  bool all_short = false;
   if constexpr (kGrouped && !kPre) {
-    if (p.one_term) {
+    if (p.prefill_mask) {
       bool mine = true;
       if (threadIdx.x < kTileTokens) {
         const int64_t o = o_row[threadIdx.x];
-        mine = o < 0 || p.one_term[o / p.token_div] != 0;
-        one_row[threadIdx.x] = mine;
+        mine = o < 0 || p.prefill_mask[o / p.token_div] != 0;
+        short_row[threadIdx.x] = mine;
       }
-      all_one = __syncthreads_and(mine);
+      all_short = __syncthreads_and(mine);
     }
   }
 
@@ -192,9 +193,11 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
     }
   };
-  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (one-term
-  // rows: h, and zeros; a tile of them alone: h only).
-  const bool some_one = kGrouped && !kPre && p.one_term != nullptr;  // (one_row is set)
+  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (short
+  // rows: their first prefill_terms terms, zeros for the others; a tile of them alone: only
+  // those terms).
+  const bool some_short = kGrouped && !kPre && p.prefill_mask != nullptr;  // (short_row is set)
+  const int short_terms = some_short ? p.prefill_terms : 3;
   auto split_stage = [&](int slot) {
     const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
     for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
@@ -204,9 +207,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       const int w = tok * kTermWords + T::x_word(tok, 2 * q);
       constexpr int kTerm = kTileTokens * kTermWords;
       *reinterpret_cast<uint2*>(split + w) = make_uint2(a.h, b.h);
-      if (all_one) continue;
-      if (some_one && one_row[tok]) a.m = a.l = b.m = b.l = 0u;
+      const bool cut = some_short && short_row[tok];
+      if (all_short && short_terms == 1) continue;
+      if (cut && short_terms == 1) a.m = b.m = 0u;
       *reinterpret_cast<uint2*>(split + kTerm + w) = make_uint2(a.m, b.m);
+      if (all_short) continue;
+      if (cut) a.l = b.l = 0u;
       *reinterpret_cast<uint2*>(split + 2 * kTerm + w) = make_uint2(a.l, b.l);
     }
   };
@@ -246,10 +252,10 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     scales.start(p, mat.scale, scale_rows, p.N, 0);
   }
 
-  // kOne: the tile's rows are all one-term rows (the m and l products skipped). k_end: the end
-  // of the split holding k0.
-  auto compute = [&](auto one, int slot, int64_t k0, int64_t k_end) {
-    [[maybe_unused]] constexpr bool kOne = decltype(one)::value;  // (not read with kPre)
+  // kTerms: the terms the tile's rows carry (3, or 1 or 2 where they are all short rows: the
+  // other terms' products skipped). k_end: the end of the split holding k0.
+  auto compute = [&](auto terms, int slot, int64_t k0, int64_t k_end) {
+    [[maybe_unused]] constexpr int kTerms = decltype(terms)::value;  // (not read with kPre)
     const unsigned char* ws = smem + slot * T::kStageBytes;
 #pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
@@ -300,19 +306,16 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
             const int w = tok * kTermWords + T::x_word(tok, word);
             constexpr int kTerm = kTileTokens * kTermWords;
             const uint2 h = *reinterpret_cast<const uint2*>(split + w);
-            if constexpr (kOne) {
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt)
-                mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
-              continue;
-            }
-            const uint2 m = *reinterpret_cast<const uint2*>(split + kTerm + w);
-            const uint2 l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
+            uint2 m = {}, l = {};
+            if constexpr (kTerms >= 2) m = *reinterpret_cast<const uint2*>(split + kTerm + w);
+            if constexpr (kTerms == 3) l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
               mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
-              mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
-              mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l.x, l.y);
+              if constexpr (kTerms >= 2)
+                mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
+              if constexpr (kTerms == 3)
+                mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l.x, l.y);
             }
           }
         }
@@ -368,14 +371,17 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       end_split(k0 == p.split_len);
       split_end = min(p.K, k0 + p.split_len);
     }
+    using Three = std::integral_constant<int, 3>;
     if constexpr (kGrouped && !kPre) {
-      if (all_one) {
-        compute(std::true_type{}, slot, k0, split_end);
+      if (!all_short) {
+        compute(Three{}, slot, k0, split_end);
+      } else if (short_terms == 1) {
+        compute(std::integral_constant<int, 1>{}, slot, k0, split_end);
       } else {
-        compute(std::false_type{}, slot, k0, split_end);
+        compute(std::integral_constant<int, 2>{}, slot, k0, split_end);
       }
     } else {
-      compute(std::false_type{}, slot, k0, split_end);
+      compute(Three{}, slot, k0, split_end);
     }
     slot = slot + 1 == depth ? 0 : slot + 1;
   }
@@ -495,13 +501,13 @@ int depth_of(Elt elt, bool pre) {
 }  // namespace
 
 bool tiled_supports(const Params& p, Elt elt, bool grouped) {
-  // (One-term rows take the in-kernel split whatever presplit says: run_tiled.)
+  // (Short rows take the in-kernel split whatever presplit says: run_tiled.)
   return p.vec_x && (!grouped || p.tile_start != nullptr) &&
-         depth_of(elt, presplit(grouped) && !p.one_term) > 0;
+         depth_of(elt, presplit(grouped) && !p.prefill_mask) > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!presplit(grouped) || in.one_term) {  // (one-term rows: the in-kernel split only)
+  if (!presplit(grouped) || in.prefill_mask) {  // (short rows: the in-kernel split only)
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.

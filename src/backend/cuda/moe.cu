@@ -207,7 +207,8 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     p.tile_start = groups.tile_start();
     p.pair = pair;
     p.routing_ready = !reads_x && f.prefetch_down;
-    p.one_term = f.one_term;
+    p.prefill_mask = f.prefill.mask;
+    p.prefill_terms = f.prefill.terms;
     p.token_div = k;
     p.x_early = reads_x && f.x_early && T == 1;
     // f.shared_early: the stacked set's last expert is the shared one, at one token the last
@@ -275,7 +276,7 @@ void check_experts(const ExpertWeights& experts) {
 
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out, bool fuse_swiglu, bool prefetch_down,
-                 const uint8_t* one_term) {
+                 PrefillTerms prefill) {
   if (x.shape[0] == 0) return;
   check_experts(experts);
   const Grouping groups(static_cast<int>(experts.gate.size()), ids.numel());
@@ -283,7 +284,7 @@ void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
   MoeFusions f{};
   f.swiglu = fuse_swiglu;
   f.prefetch_down = prefetch_down;
-  f.one_term = one_term;
+  f.prefill = prefill;
   experts_grouped(x, ids, weights, experts, groups, out, nullptr, f);
 }
 

@@ -66,9 +66,16 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // that launch also computes silu(gate) * up (matmul_swiglu's way). prefetch_down: the down
 // projection's decode kernel streams weights before waiting for the previous kernel (its
 // routing is older than that kernel).
+// The MoE experts' rows of a pass's prefill tokens with fewer terms of the activations
+// (HIBANA_CUDA_GROUPED_PREFILL): mask[t] != 0 for those tokens (mark_prefill_tokens), whose rows
+// carry the first `terms` (1 or 2) bf16 terms (mm::Params::prefill_mask); a null mask: none.
+struct PrefillTerms {
+  const uint8_t* mask = nullptr;
+  int terms = 3;
+};
 void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const ExpertWeights& experts, Tensor out, bool fuse_swiglu = false,
-                 bool prefetch_down = false, const uint8_t* one_term = nullptr);
+                 bool prefetch_down = false, PrefillTerms prefill = {});
 // moe_route then moe_experts, then with `then` its add_rmsnorm (Backend::moe_route_experts),
 // in fewer launches, with the same bits: f.route, the routing and the grouping of its pairs by
 // expert in one launch (where route_group_fits); with `then` (where add_rmsnorm is one wide
@@ -81,11 +88,10 @@ constexpr int64_t kCombineNormTokens = 64;
 // x must be older than the routing's launches, as the router's input is). shared_early: at
 // one token with a shared gate (the shared expert folded in as the set's last), the gate/up
 // slice of the shared expert runs before the routing is known (mm::Params::slice_known).
-// one_term: the pass's prefill tokens (mark_prefill_tokens), whose rows carry only the
-// activations' first bf16 term (mm::Params::one_term), or null.
+// prefill: the pass's prefill tokens whose rows carry fewer terms (PrefillTerms).
 struct MoeFusions {
   bool route, swiglu, prefetch_down, x_early, shared_early;
-  const uint8_t* one_term = nullptr;
+  PrefillTerms prefill;
 };
 // mask[t] = 1 for the tokens of `rows` (Backend::set_prefill_rows), 0 for the others of
 // `tokens`, on the stream.

@@ -13,7 +13,7 @@
 // Shared memory is swizzled so that a quarter-warp's 16-byte weight loads and a half-warp's
 // 8-byte activation loads each touch every bank once.
 //
-// Presplit (plain products by default, see presplit()): a kernel splits the activations into
+// Presplit (by default, see presplit(); not for short rows): a kernel splits the activations into
 // three bf16 planes in global memory once per product, each stage's row stored in fragment
 // order (16-byte unit s holds the bf16 pair that lane t passes as its register s of the stage's
 // B fragments, for t = 0..3), and the tiled kernel copies those units straight into its stages
@@ -21,7 +21,7 @@
 // stage and one barrier a stage instead of two. The same terms in the same fragment places,
 // every accumulator's mmas in the same order: the same bits.
 #include <algorithm>
-#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 
@@ -482,16 +482,13 @@ void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int gr
                    : launch_elt<Elt::fp8, kPre>(p, grouped, max_rows, groups);
 }
 
-// Which products split their activations beforehand (HIBANA_CUDA_TILED_PRESPLIT). By default the
-// plain ones: on an H100 the 8B's 8k-token prefill went 2358.6 -> 2591.3 tokens/s with it, the
-// 80B's plain products 1660 -> 1467 ms, but its grouped experts 2338 -> 2639 ms (each routed
-// pair's planes written and read once more for few weight tiles), so they keep the in-kernel
-// split. =1: every product; =0: none.
-bool presplit(bool grouped) {
-  const char* v = std::getenv("HIBANA_CUDA_TILED_PRESPLIT");
-  if (!v || !*v) return !grouped;
-  return knob_on("HIBANA_CUDA_TILED_PRESPLIT", false);
-}
+// Which products split their activations beforehand (HIBANA_CUDA_TILED_PRESPLIT, on by default;
+// =0 turns it off, for every product). The plain ones since the sixteenth slice (on an H100 the
+// 8B's 8k-token prefill went 2358.6 -> 2591.3 tokens/s); the grouped experts lost with it then
+// (2338 -> 2639 ms on the 80B), and once the loop lost its divisions (docs/benchmarks.md,
+// thirty-seventh slice) won: the 80B's experts in 4096-token passes 2169 -> 1674 ms of op time,
+// its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) keep the in-kernel split.
+bool presplit() { return knob_on("HIBANA_CUDA_TILED_PRESPLIT", true); }
 
 int depth_of(Elt elt, bool pre) {
   if (elt == Elt::bf16) return pre ? depth_for<Elt::bf16, true>() : depth_for<Elt::bf16, false>();
@@ -503,11 +500,11 @@ int depth_of(Elt elt, bool pre) {
 bool tiled_supports(const Params& p, Elt elt, bool grouped) {
   // (Short rows take the in-kernel split whatever presplit says: run_tiled.)
   return p.vec_x && (!grouped || p.tile_start != nullptr) &&
-         depth_of(elt, presplit(grouped) && !p.prefill_mask) > 0;
+         depth_of(elt, presplit() && !p.prefill_mask) > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!presplit(grouped) || in.prefill_mask) {  // (short rows: the in-kernel split only)
+  if (!presplit() || in.prefill_mask) {  // (short rows: the in-kernel split only)
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.
@@ -516,13 +513,22 @@ void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int gr
   p.ld_split = (p.K + kStageK - 1) / kStageK * kStageK;
   p.split_plane = rows * p.ld_split;
   // (Pooled: a cudaFree per product would wait for the device. The pool keeps the largest
-  // planes, 6 bytes an activation, for reuse.)
-  Scratch planes(static_cast<size_t>(3 * p.split_plane) * sizeof(uint16_t), true);
-  p.xsplit = planes.as<uint16_t>();
+  // planes, 6 bytes an activation, for reuse.) Where the GPU has no room for them (a long pass
+  // on a GPU its weights fill: the 80B's 8k tokens on an 80 GB H100), the in-kernel split, the
+  // same bits.
+  std::unique_ptr<Scratch> planes;
+  try {
+    planes = std::make_unique<Scratch>(static_cast<size_t>(3 * p.split_plane) * sizeof(uint16_t),
+                                       true);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::out_of_memory) throw;
+    return launch_pre<false>(in, elt, grouped, max_rows, groups);
+  }
+  p.xsplit = planes->as<uint16_t>();
   const int64_t units = p.split_plane / 8;
   const dim3 blocks(static_cast<unsigned>(std::min<int64_t>((units + 255) / 256, 4096)));
   auto kernel = elt == Elt::bf16 ? presplit_kernel<Elt::bf16> : presplit_kernel<Elt::fp8>;
-  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes.as<uint16_t>());
+  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes->as<uint16_t>());
   launched("presplit_kernel");
   launch_pre<true>(p, elt, grouped, max_rows, groups);
 }

@@ -10,9 +10,10 @@
 # ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes), `20`
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
 # H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
-# memcheck on the goldens, 4096-token prefill passes, then 18), `23` (21's tests and 22's first
-# two on any GPU), `24` (the tiled kernel's bookkeeping against the build before it), `25` (the experts'
-# prefill rows in two terms, and pre-split), `26` (pre-split by default). The
+# 4096-token prefill passes, then 18), `23` (21's tests, the experts' Nsight Compute, memcheck
+# and 4096-token passes on any GPU), `24` (the tiled kernel's bookkeeping against the build
+# before it), `25` (the experts' prefill rows in two terms, and pre-split), `26` (pre-split by
+# default); 23-26 ran on an H100 in the thirty-seventh slice. The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -224,12 +225,11 @@ call21() {
   BATCHES=1,8,32,64 timeout 90 tools/gpu/check.sh bench-8b 2>&1 | grep -vE "^\s*$" | tail -7
 }
 # The second H200 call after 21: the model and engine tests at two cuBLASLt terms, then 18.
-# Call 22 (after 21, whose tests ran the two-term cuBLASLt prefill, the default since f07e080):
-# memcheck on every golden at that default, the 8k-token prefill in the 4096-token passes a
-# prompt alone now takes (a2e07f4: 2048 and one pass bracket it), then 18's fp8 rings.
+# Call 22 (after 21): the 8B's and the 80B's 8k-token prefill in the 4096-token passes a
+# prompt alone takes, then 18's fp8 rings (memcheck of the goldens at the two-term default ran
+# on an H100 in the thirty-seventh slice).
 call22() {
   use_prebuilt orig || return 1
-  sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
   call18
 }

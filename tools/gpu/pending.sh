@@ -13,7 +13,8 @@
 # 4096-token prefill passes, then 18), `23` (21's tests, the experts' Nsight Compute, memcheck
 # and 4096-token passes on any GPU), `24` (the tiled kernel's bookkeeping against the build
 # before it), `25` (the experts' prefill rows in two terms, and pre-split), `26` (pre-split by
-# default); 23-26 ran on an H100 in the thirty-seventh slice. The
+# default); 23-26 ran on an H100 in the thirty-seventh slice; `27` (the prefill attention's
+# key rows without 64-bit divisions, against the build before). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -280,6 +281,29 @@ call26() {
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
   prefill_variants "" "HIBANA_CUDA_TILED_PRESPLIT=0"
 }
+# The prefill attention's key rows without 64-bit divisions (attention_mma.cu: a key's row once
+# a tile, not a division and remainder a copy; attention_tiled.cu: 32-bit ones): the attention
+# tests and every CUDA test, then the 8k-token prefill of both shapes, one pass and 4096-token
+# passes, by the build before (`before`: orig's hibana without it, TESTS=0) and orig,
+# alternating, two rounds, with the op times (HIBANA_CUDA_TIMING).
+call27() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  local round b c chunk
+  for round in 1 2; do
+    for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
+      for chunk in 0 4096; do
+        for b in before orig; do
+          set -- $c
+          echo "$b, $1, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=1 timeout 90 \
+            .prebuilt/$b/hibana bench prefill --device cuda --load-format dummy \
+            --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
+            grep -E 'prefill [0-9]+ tokens|attention|error' | cut -c1-60 | tr '\n' ' ')"
+        done
+      done
+    done
+  done
+}
 # prefill_variants ENV...: the 80B's 8k-token prefill, one pass then 4096-token passes, with
 # each ENV ("NAME=VALUE ...", or "" for the defaults) in turn, two rounds.
 prefill_variants() {
@@ -354,5 +378,6 @@ case "${1:-}" in
   24) call24 ;;
   25) call25 ;;
   26) call26 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25|26" >&2; exit 2 ;;
+  27) call27 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25|26|27" >&2; exit 2 ;;
 esac

@@ -41,7 +41,9 @@ struct MmaShape {
   static constexpr int kPlanes = kTerms == 3 ? 2 : 1;  // h, and l
   static constexpr int kQRows = kWarps * 16;
   static constexpr int kQPlane = kQRows * kPitch, kKPlane = kKeys * kPitch;
-  static constexpr size_t kSmem = size_t(kPlanes) * (kQPlane + 2 * kKPlane) * 2;
+  // The planes, then each key's row of a tile (int32: attention.cu checks rows below 2^31).
+  static constexpr size_t kPlaneBytes = size_t(kPlanes) * (kQPlane + 2 * kKPlane) * 2;
+  static constexpr size_t kSmem = kPlaneBytes + kKeys * sizeof(int32_t);
   static_assert(HD % 16 == 0 && kKeys % 16 == 0, "tile shapes");
 };
 
@@ -92,6 +94,8 @@ __global__ void __launch_bounds__(MmaShape<HD, G, kTerms>::kThreads, 1)
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [P][kQRows][kPitch]
   __nv_bfloat16* ks = qs + P * S::kQPlane;                         // [P][kKeys][kPitch]
   __nv_bfloat16* vs = ks + P * S::kKPlane;                         // [P][kKeys][kPitch]
+  int32_t* key_row = reinterpret_cast<int32_t*>(smem_raw + S::kPlaneBytes);  // [kKeys]
+  static_assert(S::kThreads >= S::kKeys, "a key a thread");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t kvh = blockIdx.y;
   const int64_t tb = o.row0 + static_cast<int64_t>(blockIdx.x) * S::kTokens;
@@ -115,17 +119,23 @@ __global__ void __launch_bounds__(MmaShape<HD, G, kTerms>::kThreads, 1)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // l_run: this lane's part
   const __nv_bfloat16* qw = qs + warp * 16 * S::kPitch;
 
+  const int page = static_cast<int>(p.page), kv_heads = static_cast<int>(p.kv_heads);
   for (int64_t j0 = 0; j0 < end; j0 += S::kKeys) {
     __syncthreads();  // the last tile is read (the first time: nothing)
+    // Each key's row (in HD floats), one page lookup and one 32-bit division a key, not one
+    // 64-bit division and remainder a copy (HD / 4 of them a key).
+    if (threadIdx.x < S::kKeys) {
+      const int pj = static_cast<int>(j0) + static_cast<int>(threadIdx.x);
+      key_row[threadIdx.x] =
+          pj < end ? (pages[pj / page] * kv_heads + static_cast<int>(kvh)) * page + pj % page : -1;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < S::kKeys * (HD / 4); i += S::kThreads) {
       const int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
-      const int64_t pj = j0 + j;
+      const int row = key_row[j];
       float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
-      if (pj < end) {
-        const int64_t src =
-            ((static_cast<int64_t>(pages[pj / p.page]) * p.kv_heads + kvh) * p.page + pj % p.page) *
-                HD +
-            d;
+      if (row >= 0) {
+        const int64_t src = static_cast<int64_t>(row) * HD + d;
         kv = *reinterpret_cast<const float4*>(p.kp + src);
         vv = *reinterpret_cast<const float4*>(p.vp + src);
       }

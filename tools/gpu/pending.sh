@@ -14,7 +14,8 @@
 # and 4096-token passes on any GPU), `24` (the tiled kernel's bookkeeping against the build
 # before it), `25` (the experts' prefill rows in two terms, and pre-split), `26` (pre-split by
 # default); 23-26 ran on an H100 in the thirty-seventh slice; `27` (the prefill attention's
-# key rows without 64-bit divisions, against the build before). The
+# key rows without 64-bit divisions, against the build before), `28` (the decode chain's
+# divisions before the wait, the same way). The
 # calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
@@ -304,6 +305,18 @@ call27() {
     done
   done
 }
+# The decode chain's index divisions before the wait (the merge, the norms, the recurrence:
+# 64-bit divisions, long emulated sequences, had sat after it; attention_prep's slot division
+# in 32 bits): the build before (`before`, as call 27's) against orig on the 80B at batch 1 and
+# 8 and the 8B at 1, three rounds (the gain, if any, is ~1%).
+call28() {
+  unpack_prebuilt || return 1
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  BINS="before=.prebuilt/before/hibana orig=.prebuilt/orig/hibana" ROUNDS=3 BATCHES=1,8 \
+    CONFIGS=qwen3-next-80b-a3b:fp8 timeout 300 tools/gpu/check.sh bins 2>&1 | tail -6
+  BINS="before=.prebuilt/before/hibana orig=.prebuilt/orig/hibana" ROUNDS=3 BATCHES=1 \
+    CONFIGS=qwen3-8b:bf16 timeout 150 tools/gpu/check.sh bins 2>&1 | tail -3
+}
 # prefill_variants ENV...: the 80B's 8k-token prefill, one pass then 4096-token passes, with
 # each ENV ("NAME=VALUE ...", or "" for the defaults) in turn, two rounds.
 prefill_variants() {
@@ -379,5 +392,6 @@ case "${1:-}" in
   25) call25 ;;
   26) call26 ;;
   27) call27 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25|26|27" >&2; exit 2 ;;
+  28) call28 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25|26|27|28" >&2; exit 2 ;;
 esac

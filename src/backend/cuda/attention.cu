@@ -324,13 +324,15 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
                                        int split, float* out, int64_t ldo, const float* gate,
                                        int64_t ldg) {
   constexpr int kChunk = 64, kPer = kChunk / 32;
-  pdl_start();
+  // The warp's (token, head, dimensions) before the wait: 64-bit divisions, long emulated
+  // sequences that would otherwise sit on the decode chain after it.
   const int64_t groups = (hd + 31) / 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (w >= tokens * heads * groups) return;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
+  pdl_start();
+  if (w >= tokens * heads * groups) return;
   const int n = (pos[t] >> (__ffs(split) - 1)) + 1;  // (split: a power of two)
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)

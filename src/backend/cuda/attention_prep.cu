@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(128) attention_prep_kernel(PrepParams p) {
 #pragma unroll
   for (int i = 0; i < kPer; ++i) x[lane + 32 * i] = r[i];
   if (slot < 0) return;  // q, or a padding row of a captured decode batch
-  const int64_t pg = slot / p.page, off = slot % p.page;
+  const int page = static_cast<int>(p.page);  // (32-bit: slots are int32)
+  const int64_t pg = static_cast<int>(slot) / page, off = static_cast<int>(slot) % page;
   const int64_t dst = ((pg * p.kv_heads + head) * p.page + off) * hd;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {

@@ -40,12 +40,14 @@ template <bool kGated>
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
                                const float* w, float eps, bool zero_centred, int64_t rows,
                                int64_t D, int64_t G, float* out, int64_t ldo) {
-  pdl_start();
+  // The warp's group before the wait: 64-bit divisions, long emulated sequences that would
+  // otherwise sit on the decode chain after it.
   const int64_t groups_per_row = D / G;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (warp >= rows * groups_per_row) return;
   const int64_t r = warp / groups_per_row, c0 = (warp % groups_per_row) * G;
+  pdl_start();
+  if (warp >= rows * groups_per_row) return;
   const float* xr = x + r * ldx + c0;
   const float* zr = kGated ? z + r * ldz + c0 : nullptr;
   norm_group_warp<kGated>([&](int64_t i) { return xr[i]; }, [&](int64_t i) { return zr[i]; },
@@ -62,9 +64,9 @@ __global__ void __launch_bounds__(kWideThreads)
                         const float* add = nullptr, int64_t lda = 0) {
   float wv[kC];
   wide_norm_weights(w, G, wv);  // constants: before the wait
-  pdl_start();
-  const int64_t groups_per_row = D / G;
+  const int64_t groups_per_row = D / G;  // (and the divisions: rmsnorm_kernel says why)
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
+  pdl_start();
   wide_norm_group<kGated, kAdd>(x + r * ldx + c0, kGated ? z + r * ldz + c0 : nullptr,
                                 kAdd ? add + r * lda + c0 : nullptr, w, wv, eps, zero_centred, G,
                                 out + r * ldo + c0);

@@ -172,6 +172,10 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
   __shared__ float qsh[128], ksh[128], red[kQuarters][kCols], gate[2];
   const int64_t dv = kD > 0 ? kD : p.dv;
   const bool active = c < dv;
+  // The head's key group and the quarter's rows, before the wait (64-bit divisions).
+  const int64_t dk = kD > 0 ? kD : p.dk, g = h / (p.nv / p.nk);
+  const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
+  const int64_t r0 = quarter * rows_per;
   pdl_start();
   const int32_t slot = p.slots[s];
   int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
@@ -190,10 +194,6 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
     }
     if (t_first >= t_end) return;  // (the same for the whole CTA: the state stays as it is)
   }
-  const int64_t dk = kD > 0 ? kD : p.dk, g = h / (p.nv / p.nk);
-  const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
-  const int64_t r0 = quarter * rows_per;
-
   float* S = p.states + (static_cast<int64_t>(slot) * p.nv + h) * dk * dv;
   float st[kMaxRows];
 #pragma unroll

@@ -10,6 +10,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "gpu"))
 import nsys_step  # noqa: E402
+import ptx_divisions  # noqa: E402
 
 HEADER = '"Start (ns)","Duration (ns)","GrdX","GrdY","GrdZ","Name"\n'
 
@@ -69,6 +70,35 @@ class NsysStep(unittest.TestCase):
         self.assertIn("gemv_kernel<3, false> (64,1,1)", lines[2])
         self.assertIn("+1.0", lines[2])
         self.assertIn("+0.0", lines[3])
+
+
+# A made-up PTX of two kernels: the first divides once before its wait, once after it in a
+# loop's body and once after the loop; the second has no wait and one remainder.
+PTX = """
+.visible .entry _Z1aPl(
+{
+	div.s64 	%rd1, %rd2, %rd3;
+	griddepcontrol.wait;
+$L__BB0_1:
+	rem.u64 	%rd4, %rd5, %rd6;
+	add.s64 	%rd7, %rd7, 1;
+	@%p1 bra.uni 	$L__BB0_1;
+	div.u64 	%rd8, %rd9, %rd6;
+	div.s32 	%r1, %r2, %r3;
+	ret;
+}
+.entry _Z1bPl(
+{
+	rem.s64 	%rd1, %rd2, %rd3;
+	ret;
+}
+"""
+
+
+class PtxDivisions(unittest.TestCase):
+    def test_sites_before_and_after_the_wait_and_in_loops(self):
+        found = {name: ptx_divisions.count(body) for name, body in ptx_divisions.kernels(PTX)}
+        self.assertEqual(found, {"_Z1aPl": (1, 2, 1), "_Z1bPl": (1, 0, 0)})
 
 
 if __name__ == "__main__":

@@ -183,8 +183,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 #pragma unroll
   for (int i = 0; i < kTilesPerSplit; ++i) {
     const int pl = begin + i * kTile + lane;
-    key_rows[i] =
-        pl < end ? (pages[pl / page] * static_cast<int>(p.kv_heads) + kvh) * page + pl % page : -1;
+    key_rows[i] = pl < end ? kv_row(pages, pl, page, static_cast<int>(p.kv_heads), kvh) : -1;
   }
   for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
 

@@ -17,6 +17,14 @@ constexpr int kSplit = 128;
 constexpr int kTile = 32;           // keys per shared-memory tile
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 
+// The row (in head_dim floats) of position `pos`'s key and value for KV head kvh, through its
+// sequence's page table: in 32 bits (attention() checks that a layer's rows stay below 2^31;
+// positions are int32), one division and one remainder.
+__device__ __forceinline__ int kv_row(const int32_t* pages, int pos, int page, int kv_heads,
+                                      int kvh) {
+  return (pages[pos / page] * kv_heads + kvh) * page + pos % page;
+}
+
 struct AttnParams {
   const float* q;
   int64_t ldq;

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(MmaShape<HD, G, kTerms>::kThreads, 1)
     if (threadIdx.x < S::kKeys) {
       const int pj = static_cast<int>(j0) + static_cast<int>(threadIdx.x);
       key_row[threadIdx.x] =
-          pj < end ? (pages[pj / page] * kv_heads + static_cast<int>(kvh)) * page + pj % page : -1;
+          pj < end ? kv_row(pages, pj, page, kv_heads, static_cast<int>(kvh)) : -1;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < S::kKeys * (HD / 4); i += S::kThreads) {

@@ -120,10 +120,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
     *reinterpret_cast<float4*>(qs + r * S::kPitch + d) = v;
   }
   const int32_t* pages = p.table + static_cast<int64_t>(p.token_seq[tb]) * p.max_pages;
-  // A key's row in HD floats, in 32 bits (attention.cu checks rows below 2^31; positions are
-  // int32): a 32-bit division and remainder a copy, not 64-bit ones.
-  const int page = static_cast<int>(p.page), kv_rows = static_cast<int>(p.kv_heads * p.page);
-  const int head_row = static_cast<int>(kvh) * page;
+  // A key's row in 32 bits (kv_row): a 32-bit division and remainder a copy, not 64-bit ones.
+  const int page = static_cast<int>(p.page), kv_heads = static_cast<int>(p.kv_heads);
+  const int head = static_cast<int>(kvh);
   auto load_tile = [&](int64_t j0, int slot) {
     float* kd = ks + slot * kTile * S::kPitch;
     float* vd = vs + slot * kTile * HD;
@@ -131,9 +130,8 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(AttnParams p) {
       const int j = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
       const int pj = static_cast<int>(j0) + j;
       const bool ok = pj < cta_end;
-      const int64_t src =
-          ok ? static_cast<int64_t>(pages[pj / page] * kv_rows + head_row + pj % page) * HD + d
-             : 0;
+      const int row = ok ? kv_row(pages, pj, page, kv_heads, head) : 0;
+      const int64_t src = ok ? static_cast<int64_t>(row) * HD + d : 0;
       cp_async16(kd + j * S::kPitch + d, p.kp + src, ok);
       cp_async16(vd + j * HD + d, p.vp + src, ok);
     }

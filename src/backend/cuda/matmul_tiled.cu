@@ -513,18 +513,9 @@ void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int gr
   p.ld_split = (p.K + kStageK - 1) / kStageK * kStageK;
   p.split_plane = rows * p.ld_split;
   // (Pooled: a cudaFree per product would wait for the device. The pool keeps the largest
-  // planes, 6 bytes an activation, for reuse.) Where the GPU has no room for them and
-  // kPlanesMargin besides (a long pass on a GPU its weights fill: with the planes the 80B's
-  // one 8k-token pass on an 80 GB H100 ran out of memory in a later op), the in-kernel split,
-  // the same bits.
-  constexpr size_t kPlanesMargin = size_t(512) << 20;
+  // planes, 6 bytes an activation, for reuse.) Where the GPU has no room for them even once the
+  // pool has given its idle memory back (device_allocate), the in-kernel split, the same bits.
   const size_t bytes = static_cast<size_t>(3 * p.split_plane) * sizeof(uint16_t);
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess ||
-      free_bytes < bytes + kPlanesMargin) {
-    cudaGetLastError();  // (a failed query leaves no error for the next launch to report)
-    return launch_pre<false>(in, elt, grouped, max_rows, groups);
-  }
   std::unique_ptr<Scratch> planes;
   try {
     planes = std::make_unique<Scratch>(bytes, true);

@@ -11,12 +11,10 @@
 # (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
 # H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
 # 4096-token prefill passes, then 18), `23` (21's tests, the experts' Nsight Compute, memcheck
-# and 4096-token passes on any GPU), `24` (the tiled kernel's bookkeeping against the build
-# before it), `25` (the experts' prefill rows in two terms, and pre-split), `26` (pre-split by
-# default); 23-26 ran on an H100 in the thirty-seventh slice; `27` (the prefill attention's
-# key rows without 64-bit divisions, against the build before), `28` (the decode chain's
-# divisions before the wait, the same way). The
-# calls already run are in git history (5675f6a has calls 1-13, 450dc27 14-19, c91cf02 9 and 11,
+# and 4096-token passes on any GPU), `27` (the prefill attention's key rows without 64-bit
+# divisions, against the build before), `28` (the decode chain's divisions before the wait,
+# the same way). The calls already run are in git history (d723e6a has the thirty-seventh
+# slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11,
 # fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
 # thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11,
@@ -244,44 +242,6 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
-# The tiled and mma kernels' bookkeeping without divisions in their loops (BlockScales, x rows
-# as offsets, weight rows as a base and a step): every CUDA test (unless TESTS=0), then the 80B's
-# 8k-token prefill in one pass and in 4096-token passes by the carried build from before
-# (`before`: orig's hibana at c041529) and orig, alternating, two rounds.
-call24() {
-  use_prebuilt orig || return 1
-  [ "${TESTS:-1}" = 0 ] || timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round b chunk
-  for round in 1 2; do
-    for chunk in 0 4096; do
-      for b in before orig; do
-        echo "$b, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=${TIMING:-0} timeout 90 \
-          .prebuilt/$b/hibana bench prefill --device cuda --load-format dummy \
-          --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --prompt-tokens 8192 \
-          --chunk $chunk 2>&1 | grep -E 'prefill [0-9]+ tokens|moe|error' | head -3 | tr '\n' ' ')"
-      done
-    done
-  done
-}
-# The experts' prefill rows in two terms (HIBANA_CUDA_GROUPED_PREFILL=2) and the experts'
-# activations split before the tiled kernel (HIBANA_CUDA_TILED_PRESPLIT=1; 13% slower before
-# call 24's bookkeeping): their tests (the goldens with two terms), then the 80B's 8k-token
-# prefill in one pass and in 4096-token passes with each, alternating, two rounds.
-call25() {
-  use_prebuilt orig || return 1
-  timeout 60 $B/tests/backend_tests --gtest_filter='CudaPrefillRows*:CudaTiled*' --gtest_brief=1 \
-    2>&1 | grep -E "Failure|Expected|Which|PASSED|FAILED|terms" | head -20
-  KNOBS="HIBANA_CUDA_GROUPED_PREFILL=2" timeout 150 tools/gpu/check.sh tests-knobs 2>&1 | tail -6
-  prefill_variants "" "HIBANA_CUDA_GROUPED_PREFILL=2" "HIBANA_CUDA_TILED_PRESPLIT=1"
-}
-# The experts' activations split before the tiled kernel by default (call 25: 1.15 times as fast
-# in 4096-token passes), falling back to the in-kernel split where the planes do not fit (the
-# 80B's one 8k pass on an 80 GB H100): every CUDA test, then the prefill with it and without.
-call26() {
-  use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  prefill_variants "" "HIBANA_CUDA_TILED_PRESPLIT=0"
-}
 # The prefill attention's key rows without 64-bit divisions (attention_mma.cu: a key's row once
 # a tile, not a division and remainder a copy; attention_tiled.cu: 32-bit ones): the attention
 # tests and every CUDA test, then the 8k-token prefill of both shapes, one pass and 4096-token
@@ -317,31 +277,17 @@ call28() {
   BINS="before=.prebuilt/before/hibana orig=.prebuilt/orig/hibana" ROUNDS=3 BATCHES=1 \
     CONFIGS=qwen3-8b:bf16 timeout 150 tools/gpu/check.sh bins 2>&1 | tail -3
 }
-# prefill_variants ENV...: the 80B's 8k-token prefill, one pass then 4096-token passes, with
-# each ENV ("NAME=VALUE ...", or "" for the defaults) in turn, two rounds.
-prefill_variants() {
-  local round v chunk
-  for round in 1 2; do
-    for chunk in 0 4096; do
-      for v in "$@"; do
-        echo "${v:-defaults}, passes of ${chunk/#0/8192}: $(env $v timeout 90 $B/hibana bench \
-          prefill --device cuda --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json \
-          --dtype fp8 --prompt-tokens 8192 --chunk $chunk 2>&1 |
-          grep -E 'prefill [0-9]+ tokens|error' | head -2 | cut -c1-70 | tr '\n' ' ')"
-      done
-    done
-  done
-}
-# Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (65% of the
-# 80B's one-pass prefill at 2.2% of the fp8 peak; one term was only ~9% faster, so not the
-# mma): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
+# Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
+# 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
+# default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
 # replay may have to save), layer 2's gate/up (launch 4 of the run) and its down projection.
 experts_ncu() {
   python3 -c "import json; c = json.load(open('bench/configs/qwen3-next-80b-a3b.json'));
 c['num_hidden_layers'] = 4; json.dump(c, open('/tmp/next4.json', 'w'))" || return 1
   local skip
   for skip in 4 5; do
-    SKIP=$skip NCU_TIMEOUT=150 ncu_stalls "experts_tiled_$skip" 'mm::.*tiled_kernel<[^,]*, true' \
+    SKIP=$skip NCU_TIMEOUT=150 ncu_stalls "experts_tiled_$skip" \
+      'mm::.*tiled_kernel<.*\(bool\)1, \(bool\)1>' \
       $B/hibana bench prefill --device cuda --load-format dummy --config /tmp/next4.json \
       --dtype fp8 --prompt-tokens 8192
   done
@@ -388,10 +334,7 @@ case "${1:-}" in
   21) call21 ;;
   22) call22 ;;
   23) call23 ;;
-  24) call24 ;;
-  25) call25 ;;
-  26) call26 ;;
   27) call27 ;;
   28) call28 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|24|25|26|27|28" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|27|28" >&2; exit 2 ;;
 esac

@@ -25,8 +25,8 @@ inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", 
 // thirty-fifth slice); 2 carries what cuBLASLt's prefill products carry (~2^-18 of each
 // activation left out). Read when a pass starts.
 inline int grouped_prefill_terms() {
-  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 0);
-  check(n >= 0 && n <= 3, ErrorKind::invalid_argument,
+  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 0);  // (0 for "0", unset or not a number)
+  check(n <= 3, ErrorKind::invalid_argument,
         "HIBANA_CUDA_GROUPED_PREFILL must be 0, 1, 2 or 3");
   return n == 0 ? 3 : static_cast<int>(n);
 }

@@ -104,6 +104,10 @@ class Backend {
   struct MemoryInfo {
     int64_t free = 0;
     int64_t total = 0;
+    // Allocations the GPU refused until the stream-ordered pool gave its idle memory back (CUDA:
+    // each waited for the stream; from the first, the prefill products' optional pre-split
+    // planes are no longer asked for).
+    int64_t pool_trims = 0;
   };
   virtual MemoryInfo memory_info() { return {}; }
   // GPU time per op since the last report, when the backend was asked to time its ops

@@ -201,6 +201,10 @@ int run_prefill(const BenchArgs& a) {
               "(2 x active matrix parameters x tokens)\n",
               static_cast<long long>(n), passes.c_str(), n / best, best, flops / best / 1e9);
   if (!timing.empty()) std::printf("  GPU time per op over 3 passes (HIBANA_CUDA_TIMING):\n%s", timing.c_str());
+  if (const int64_t trims = model->backend().memory_info().pool_trims; trims > 0) {
+    std::printf("GPU memory ran short %lld times (each allocation waited for the stream and the "
+                "pool's idle memory)\n", static_cast<long long>(trims));
+  }
   return 0;
 }
 

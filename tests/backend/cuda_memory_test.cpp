@@ -22,6 +22,8 @@ class CudaMemory : public test::CudaFixture {};
 // f32 product (~20 TFLOP with the SIMT kernel: the stream is busy for much longer than the
 // host takes to go on) is queued, the buffers are freed behind it, and one buffer 2 GiB larger
 // than what the driver has left (a cudaMalloc) is asked for at once. Before the fix it failed.
+// The trim is counted (memory_info): from then on the prefill products' optional pre-split
+// planes, which the pool would keep, are not asked for unless HIBANA_CUDA_TILED_PRESPLIT=1.
 TEST_F(CudaMemory, ABufferWaitsForThePoolsQueuedFrees) {
   constexpr size_t kBlock = size_t(16) << 20;
   constexpr int64_t kGiB = int64_t(1) << 30;
@@ -38,10 +40,12 @@ TEST_F(CudaMemory, ABufferWaitsForThePoolsQueuedFrees) {
   for (int i = 0; i < 80; ++i) gpu->matmul(x, w, out);  // (queued, not waited for)
   blocks.reset();                                      // frees queued behind the products
   const int64_t left = gpu->memory_info().free;
+  const int64_t trims = gpu->memory_info().pool_trims;
   std::unique_ptr<Buffer> big;
   const size_t bytes = static_cast<size_t>(left + 2 * kGiB);
   EXPECT_NO_THROW(big = std::make_unique<Buffer>(bytes, Device::cuda));
   EXPECT_EQ(download(out)[0], 0.5f * 0.25f * K);  // (the products ran)
+  EXPECT_GT(gpu->memory_info().pool_trims, trims);  // (counted: the pre-split planes stop)
 }
 
 }  // namespace

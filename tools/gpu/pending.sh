@@ -1,26 +1,25 @@
 #!/usr/bin/env bash
 # The GPU work still owed (docs/benchmarks.md, "Not measured yet"), as device calls of under ten
-# minutes each: `tools/gpu/pending.sh 4` (racecheck on the batch-invariance tests not yet
-# covered), `5` (Nsight Compute of the 80B's decode attention and of the tiled matmul), `6` and
-# `8` (on an H200: the slices since the seventeenth against a3628f5, the step's timeline and
-# profile), `10` (every CUDA test, the official figures, then the twenty-eighth slice's split
-# targets against the old ones: on an H200), `15` (10 from binaries built here by
-# tools/gpu/prebuild.sh), `16` (prefill products by cuBLASLt beside the tiled kernel), `17` (the
-# prefill switches: cuBLASLt rows, tensor-core attention, one-term experts), `18` (the fp8 weight
-# ring per warp, on an H200), `19` (a354107's grouped launches and the prefill in passes), `20`
-# (the prefill products by cuBLASLt with two activation terms against three), `21` (on an
-# H200: every test, the official decode figures, 20's prefill), `22` (the call after 21:
-# 4096-token prefill passes, then 18), `23` (21's tests, the experts' Nsight Compute, memcheck
-# and 4096-token passes on any GPU), `27` (the prefill attention's key rows without 64-bit
-# divisions, against the build before), `28` (the decode chain's divisions before the wait,
-# the same way). The calls already run are in git history (d723e6a has the thirty-seventh
-# slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11,
-# fd0689d the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
-# twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
-# thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11,
-# 12 and 16 on 9a098a3, from prebuilt binaries as calls 13, 14 and 16; the thirty-fifth slice's
-# 17 on cba2479, on an H100; the thirty-sixth slice's 21 (less the 8B's figures), 20's goldens
-# and 19's passes on 7ad98bc, on an H100).
+# minutes each: `tools/gpu/pending.sh 4` (racecheck on the batch-invariance tests not yet covered),
+# `5` (Nsight Compute of the 80B's decode attention and of the tiled matmul), `6` and `8` (on an
+# H200: the slices since the seventeenth against a3628f5, the step's timeline and profile), `10`
+# (every CUDA test, the official figures, then the twenty-eighth slice's split targets against the
+# old ones: on an H200), `15` (10 from binaries built here by tools/gpu/prebuild.sh), `16` (prefill
+# products by cuBLASLt beside the tiled kernel), `17` (the prefill switches: cuBLASLt rows,
+# tensor-core attention, one-term experts), `18` (the fp8 weight ring per warp, on an H200), `19`
+# (a354107's grouped launches and the prefill in passes), `20` (the prefill products by cuBLASLt
+# with two activation terms against three), `21` (on an H200: every test, the official decode
+# figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
+# tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `29` (the
+# pre-split planes off once memory has run short, against the build before). The calls already run
+# are in git history (9c77857 has the thirty-eighth slice's 27 and 28, d723e6a the thirty-seventh
+# slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call
+# 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11
+# on f7d7872, the thirtieth slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on
+# 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11, 12 and 16 on 9a098a3, from prebuilt
+# binaries as calls 13, 14 and 16; the thirty-fifth slice's 17 on cba2479, on an H100; the
+# thirty-sixth slice's 21 (less the 8B's figures), 20's goldens and 19's passes on 7ad98bc, on an
+# H100).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -242,40 +241,27 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
-# The prefill attention's key rows without 64-bit divisions (attention_mma.cu: a key's row once
-# a tile, not a division and remainder a copy; attention_tiled.cu: 32-bit ones): the attention
-# tests and every CUDA test, then the 8k-token prefill of both shapes, one pass and 4096-token
-# passes, by the build before (`before`: orig's hibana without it, TESTS=0) and orig,
-# alternating, two rounds, with the op times (HIBANA_CUDA_TIMING).
-call27() {
+# The pre-split planes off once memory has run short (a pool trim): the 80B's 8k prefill in one
+# pass (on an 80 GB H100 its weights leave it short) and in 4096-token passes, the build before
+# (`head`: hibana only) against orig and orig without planes, two rounds; every CUDA test first,
+# then the experts' Nsight Compute with the planes (never profiled so: call 23's).
+call29() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round b c chunk
+  local round chunk b
   for round in 1 2; do
-    for c in "qwen3-8b bf16" "qwen3-next-80b-a3b fp8"; do
-      for chunk in 0 4096; do
-        for b in before orig; do
-          set -- $c
-          echo "$b, $1, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=1 timeout 90 \
-            .prebuilt/$b/hibana bench prefill --device cuda --load-format dummy \
-            --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $chunk 2>&1 |
-            grep -E 'prefill [0-9]+ tokens|attention|error' | cut -c1-60 | tr '\n' ' ')"
-        done
+    for chunk in 0 4096; do
+      for b in head orig orig-planes-off; do
+        echo "$b, passes of ${chunk/#0/8192}: $(
+          [ $b = orig-planes-off ] && export HIBANA_CUDA_TILED_PRESPLIT=0
+          timeout 90 .prebuilt/${b%-planes-off}/hibana bench prefill --device cuda \
+            --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
+            --prompt-tokens 8192 --chunk $chunk 2>&1 |
+            grep -E 'prefill [0-9]+ tokens|ran short|error' | cut -c1-90 | tr '\n' ' ')"
       done
     done
   done
-}
-# The decode chain's index divisions before the wait (the merge, the norms, the recurrence:
-# 64-bit divisions, long emulated sequences, had sat after it; attention_prep's slot division
-# in 32 bits): the build before (`before`, as call 27's) against orig on the 80B at batch 1 and
-# 8 and the 8B at 1, three rounds (the gain, if any, is ~1%).
-call28() {
-  unpack_prebuilt || return 1
-  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  BINS="before=.prebuilt/before/hibana orig=.prebuilt/orig/hibana" ROUNDS=3 BATCHES=1,8 \
-    CONFIGS=qwen3-next-80b-a3b:fp8 timeout 300 tools/gpu/check.sh bins 2>&1 | tail -6
-  BINS="before=.prebuilt/before/hibana orig=.prebuilt/orig/hibana" ROUNDS=3 BATCHES=1 \
-    CONFIGS=qwen3-8b:bf16 timeout 150 tools/gpu/check.sh bins 2>&1 | tail -3
+  experts_ncu
 }
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
@@ -334,7 +320,6 @@ case "${1:-}" in
   21) call21 ;;
   22) call22 ;;
   23) call23 ;;
-  27) call27 ;;
-  28) call28 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|27|28" >&2; exit 2 ;;
+  29) call29 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|29" >&2; exit 2 ;;
 esac

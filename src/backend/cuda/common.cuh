@@ -103,6 +103,11 @@ class Scratch {
   bool pooled_ = false;
 };
 
+// How many times an allocation the driver refused waited for the stream and had the
+// stream-ordered pool give its idle memory back before asking again (device_allocate): memory
+// has run short. Optional scratch (the tiled matmul's pre-split planes) is not asked for after.
+int64_t pool_trims();
+
 // Storage formats a kernel can read, as template parameters.
 enum class Elt : int { f32, bf16, f16, fp8 };
 

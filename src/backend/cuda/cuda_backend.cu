@@ -4,6 +4,7 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,8 @@ bool trim_pool() {
          cudaMemPoolTrimTo(pool, 0) == cudaSuccess;
 }
 
+std::atomic<int64_t> g_pool_trims{0};
+
 // pooled: from the stream-ordered pool whatever the size (Scratch says when).
 void* device_allocate(size_t bytes, bool pooled = false) {
   if (t_capture) {
@@ -84,6 +87,7 @@ void* device_allocate(size_t bytes, bool pooled = false) {
   cudaError_t e = attempt();
   if (e != cudaSuccess && !t_capture) {
     cudaGetLastError();
+    g_pool_trims.fetch_add(1, std::memory_order_relaxed);
     if (trim_pool()) e = attempt();
   }
   if (e != cudaSuccess) {
@@ -97,6 +101,14 @@ void* device_allocate(size_t bytes, bool pooled = false) {
   }
   return p;
 }
+
+}  // namespace
+
+int64_t pool_trims() {
+  return g_pool_trims.load(std::memory_order_relaxed);
+}
+
+namespace {
 
 void device_release(void* p, size_t bytes, bool pooled = false) {
   if (g_arena.release(p)) return;
@@ -199,7 +211,7 @@ class CudaBackend final : public Backend {
   MemoryInfo memory_info() override {
     size_t free_b = 0, total = 0;
     HIBANA_CUDA(cudaMemGetInfo(&free_b, &total));
-    return {static_cast<int64_t>(free_b), static_cast<int64_t>(total)};
+    return {static_cast<int64_t>(free_b), static_cast<int64_t>(total), cuda::pool_trims()};
   }
   std::string timing_report() override { return timer_.on() ? timer_.report() : std::string(); }
 

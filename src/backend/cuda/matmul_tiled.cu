@@ -28,6 +28,7 @@
 #include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/ops.h"
+#include "core/log.h"
 
 namespace hibana::cuda::mm {
 
@@ -489,6 +490,25 @@ void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int gr
 // thirty-seventh slice) won: the 80B's experts in 4096-token passes 2169 -> 1674 ms of op time,
 // its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) keep the in-kernel split.
 bool presplit() { return knob_on("HIBANA_CUDA_TILED_PRESPLIT", true); }
+// Set (and on): the planes whatever memory is left. Unset: until memory has run short (below).
+bool presplit_asked() {
+  const char* v = std::getenv("HIBANA_CUDA_TILED_PRESPLIT");
+  return v && *v && presplit();
+}
+
+// Once the GPU has refused an allocation until the pool gave its idle memory back
+// (pool_trims), the planes are no longer asked for: the pool would keep them, the next large
+// buffer would be refused again, and each such trim waits for the stream (the 80B's one
+// 8k-token pass on an 80 GB H100: 4603.6 tokens/s with the planes, 7769.2 without).
+bool planes_wanted() {
+  if (pool_trims() == 0 || presplit_asked()) return true;
+  static std::once_flag told;
+  std::call_once(told, [] {
+    log_warn("GPU memory ran short: prefill products split their activations in the kernel from "
+             "now on (HIBANA_CUDA_TILED_PRESPLIT=1 keeps the pre-split planes)");
+  });
+  return false;
+}
 
 int depth_of(Elt elt, bool pre) {
   if (elt == Elt::bf16) return pre ? depth_for<Elt::bf16, true>() : depth_for<Elt::bf16, false>();
@@ -504,7 +524,7 @@ bool tiled_supports(const Params& p, Elt elt, bool grouped) {
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!presplit() || in.prefill_mask) {  // (short rows: the in-kernel split only)
+  if (!presplit() || in.prefill_mask || !planes_wanted()) {  // (short rows: in-kernel only)
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.

@@ -2,7 +2,7 @@
 // the CPU's product; the other rows with the decode kernels' bits; a row's bits the same
 // whatever the pass around it; and none of it outside a pass or with the switch off
 // (HIBANA_CUDA_CUBLAS_PREFILL=0); the MoE experts' rows of prefill tokens with one or two bf16
-// terms of the activations (HIBANA_CUDA_GROUPED_PREFILL, off by default). Skipped without a
+// terms of the activations (HIBANA_CUDA_GROUPED_PREFILL, two by default). Skipped without a
 // GPU.
 #include <gtest/gtest.h>
 
@@ -133,13 +133,14 @@ TEST_F(CudaPrefillRows, OnlyThePassesRowsAndOnlyWithTheSwitchOn) {
 }
 
 // The MoE experts' rows of a pass's prefill tokens with HIBANA_CUDA_GROUPED_PREFILL=1 carry one
-// bf16 term of the activations, with =2 two (the tiled kernel, mm::Params::prefill_mask):
-// within 2% (one term) or 1e-4 (two) of the largest output of the three-term product, not its
-// bits, two closer than one; the other tokens' outputs exactly the bits they have with the
-// switch off (or with it on and no prefill rows); and a prefill token's output the same in a
-// pass of prefill tokens alone, whose experts' tiles hold no other rows (the tiles that skip
-// the other terms' products) as in the full pass, whose tiles mix both. bf16 and fp8 experts,
-// 300 tokens x 2 of 8 experts.
+// bf16 term of the activations, with =2 two (the tiled kernel, mm::Params::prefill_mask): within 2%
+// (one term) or 1e-4 (two) of the largest output of the three-term product, not its bits, two
+// closer than one; the other tokens' outputs exactly the bits they have with three terms (=3) (or
+// with fewer and no prefill rows); with the switch unset, two; and a prefill token's output the
+// same in a pass of prefill tokens alone, whose experts' tiles hold no other rows (the tiles that
+// skip the other terms' products) as in the full pass, whose tiles mix both; all of it the same
+// bits with the activations split in the kernel and split beforehand into planes (whose short rows
+// hold zeros for the terms they do not carry). bf16 and fp8 experts, 300 tokens x 2 of 8 experts.
 TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryFewerTerms) {
   const int64_t E = 8, k = 2, H = 256, I = 128, T = 300;
   const std::vector<float> x = randn(T * H, 31);
@@ -177,15 +178,28 @@ TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryFewerTerms) {
     const std::vector<float> exact = moe(0, T, {});
     const std::vector<Backend::RowRange> blocks{{64, 192}, {256, 300}};
     {
-      ScopedEnv off("HIBANA_CUDA_GROUPED_PREFILL", "0");
-      EXPECT_TRUE(same_rows(moe(0, T, blocks), 0, exact, 0, T, H)) << "switch off";
+      ScopedEnv off("HIBANA_CUDA_GROUPED_PREFILL", "3");
+      EXPECT_TRUE(same_rows(moe(0, T, blocks), 0, exact, 0, T, H)) << "three terms";
+    }
+    std::vector<float> by_default;
+    {
+      ScopedEnv unset("HIBANA_CUDA_GROUPED_PREFILL", nullptr);
+      by_default = moe(0, T, blocks);
     }
     float diffs[2] = {};
     for (const char* terms : {"1", "2"}) {
       SCOPED_TRACE(std::string("terms ") + terms);
       ScopedEnv on("HIBANA_CUDA_GROUPED_PREFILL", terms);
       EXPECT_TRUE(same_rows(moe(0, T, {}), 0, exact, 0, T, H)) << "no prefill rows";
-      const std::vector<float> got = moe(0, T, blocks);
+      std::vector<float> got;
+      for (const char* pre : {"0", "1"}) {  // the in-kernel split, then the planes
+        ScopedEnv split("HIBANA_CUDA_TILED_PRESPLIT", pre);
+        const std::vector<float> here = moe(0, T, blocks);
+        if (got.empty()) got = here;
+        EXPECT_TRUE(same_rows(here, 0, got, 0, T, H)) << "pre-split " << pre;
+        EXPECT_TRUE(same_rows(moe(64, 192, {{0, 128}}), 0, here, 64, 128, H))
+            << "prefill rows alone, pre-split " << pre;
+      }
       EXPECT_TRUE(same_rows(got, 0, exact, 0, 64, H)) << "rows [0, 64)";
       EXPECT_TRUE(same_rows(got, 192, exact, 192, 64, H)) << "rows [192, 256)";
       float most = 0.0f, diff = 0.0f;
@@ -198,7 +212,9 @@ TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryFewerTerms) {
       }
       EXPECT_LT(diff, (terms[0] == '1' ? 0.02f : 1e-4f) * most);
       diffs[terms[0] - '1'] = diff;
-      EXPECT_TRUE(same_rows(moe(64, 192, {{0, 128}}), 0, got, 64, 128, H)) << "prefill rows alone";
+      if (terms[0] == '2') {
+        EXPECT_TRUE(same_rows(by_default, 0, got, 0, T, H)) << "not the default";
+      }
     }
     EXPECT_LT(diffs[1], diffs[0]) << "two terms are not closer than one";
   }

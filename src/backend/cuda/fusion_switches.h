@@ -17,18 +17,18 @@ inline bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 // On by default (80B decode +0.8% at batch 1 alone, +2.3% with the fused SwiGLU); =0 turns it
 // off. Read at every call.
 inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
-// HIBANA_CUDA_GROUPED_PREFILL=N (1 or 2): the MoE experts' rows of a pass's prefill tokens
+// HIBANA_CUDA_GROUPED_PREFILL=N (1, 2 or 3): the MoE experts' rows of a pass's prefill tokens
 // (Backend::set_prefill_rows) carry only the activations' first N bf16 terms, in the tiled
 // kernel (mm::Params::prefill_mask): N thirds of the products where a tile has no other rows.
-// 0 or 3, the default: all three. With 1 the qwen3_moe and qwen3_5_moe chunked goldens fail
-// (last-position logits 0.053 from transformers' against 1e-3; H100, docs/benchmarks.md,
-// thirty-fifth slice); 2 carries what cuBLASLt's prefill products carry (~2^-18 of each
-// activation left out). Read when a pass starts.
+// 2, the default, carries what cuBLASLt's prefill products carry (~2^-18 of each activation
+// left out): the 80B's 8k prefill in 4096-token passes 1.07 times as fast as with 3, its
+// experts 1.13 (H100, docs/benchmarks.md, thirty-eighth slice); 3 gives those rows the decode
+// kernels' bits. With 1 the qwen3_moe and qwen3_5_moe chunked goldens fail (last-position
+// logits 0.053 from transformers' against 1e-3; thirty-fifth slice). Read when a pass starts.
 inline int grouped_prefill_terms() {
-  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 0);  // (0 for "0", unset or not a number)
-  check(n <= 3, ErrorKind::invalid_argument,
-        "HIBANA_CUDA_GROUPED_PREFILL must be 0, 1, 2 or 3");
-  return n == 0 ? 3 : static_cast<int>(n);
+  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 2);  // (2 for "0", unset or not a number)
+  check(n <= 3, ErrorKind::invalid_argument, "HIBANA_CUDA_GROUPED_PREFILL must be 1, 2 or 3");
+  return static_cast<int>(n);
 }
 // HIBANA_CUDA_FUSED_ROUTING: up to 32 tokens' routing and the grouping of their pairs by
 // expert in one launch, one fewer per MoE layer (the same bits). On by default (80B decode

@@ -13,13 +13,14 @@
 // Shared memory is swizzled so that a quarter-warp's 16-byte weight loads and a half-warp's
 // 8-byte activation loads each touch every bank once.
 //
-// Presplit (by default, see presplit(); not for short rows): a kernel splits the activations into
+// Presplit (by default, see presplit()): a kernel splits the activations into
 // three bf16 planes in global memory once per product, each stage's row stored in fragment
 // order (16-byte unit s holds the bf16 pair that lane t passes as its register s of the stage's
 // B fragments, for t = 0..3), and the tiled kernel copies those units straight into its stages
 // and reads each product's two B registers with one ldmatrix.x2 per term — no split pass per
 // stage and one barrier a stage instead of two. The same terms in the same fragment places,
-// every accumulator's mmas in the same order: the same bits.
+// every accumulator's mmas in the same order: the same bits. Short rows (Params::prefill_mask)
+// hold zeros in the terms they do not carry, as the in-kernel split writes them.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   // Short rows (a pass's prefill tokens', Params::prefill_mask; rows past the group count as
   // such) carry p.prefill_terms terms: a tile of them alone runs only those terms' products.
   bool all_short = false;
-  if constexpr (kGrouped && !kPre) {
+  if constexpr (kGrouped) {
     if (p.prefill_mask) {
       bool mine = true;
       if (threadIdx.x < kTileTokens) {
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (short
   // rows: their first prefill_terms terms, zeros for the others; a tile of them alone: only
   // those terms).
-  const bool some_short = kGrouped && !kPre && p.prefill_mask != nullptr;  // (short_row is set)
+  const bool some_short = kGrouped && p.prefill_mask != nullptr;  // (short_row is set)
   const int short_terms = some_short ? p.prefill_terms : 3;
   auto split_stage = [&](int slot) {
     const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   // kTerms: the terms the tile's rows carry (3, or 1 or 2 where they are all short rows: the
   // other terms' products skipped). k_end: the end of the split holding k0.
   auto compute = [&](auto terms, int slot, int64_t k0, int64_t k_end) {
-    [[maybe_unused]] constexpr int kTerms = decltype(terms)::value;  // (not read with kPre)
+    constexpr int kTerms = decltype(terms)::value;
     const unsigned char* ws = smem + slot * T::kStageBytes;
 #pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
@@ -284,13 +285,15 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
             const unsigned at = xs + T::unit_offset(wc + nt * 8 + lane % 8, s);
             uint32_t h[2], m[2], l[2];
             ldmatrix_x2(at, h);
-            ldmatrix_x2(at + T::kTermBytes, m);
-            ldmatrix_x2(at + 2 * T::kTermBytes, l);
+            if constexpr (kTerms >= 2) ldmatrix_x2(at + T::kTermBytes, m);
+            if constexpr (kTerms == 3) ldmatrix_x2(at + 2 * T::kTermBytes, l);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
               mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h[0], h[1]);
-              mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m[0], m[1]);
-              mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l[0], l[1]);
+              if constexpr (kTerms >= 2)
+                mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m[0], m[1]);
+              if constexpr (kTerms == 3)
+                mma(cl[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], l[0], l[1]);
             }
           }
         }
@@ -373,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       split_end = min(p.K, k0 + p.split_len);
     }
     using Three = std::integral_constant<int, 3>;
-    if constexpr (kGrouped && !kPre) {
+    if constexpr (kGrouped) {
       if (!all_short) {
         compute(Three{}, slot, k0, split_end);
       } else if (short_terms == 1) {
@@ -402,12 +405,24 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
 }
 
+// Which rows of x are short rows (Params::prefill_mask) and how many terms they carry: x row r
+// is token r * x_div / token_div's (a grouped gate/up's x rows are its tokens, a down
+// projection's its pairs).
+struct ShortRows {
+  const uint8_t* mask = nullptr;  // null: every row carries three terms
+  int terms = 3;
+  int64_t x_div = 1, token_div = 1;
+  __device__ int terms_of(int64_t r) const {
+    return mask && mask[r * x_div / token_div] ? terms : 3;
+  }
+};
+
 // x's rows as the three bf16 planes the pre-split kernel reads (Params::xsplit): a thread per
 // 16-byte unit of a stored row (four bf16 pairs, Tile::stored_word's), split3's terms, zeros
 // from K to the row's end ld (a multiple of the stage).
 template <Elt E>
 __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64_t K, int64_t ld,
-                                uint16_t* planes) {
+                                uint16_t* planes, ShortRows short_rows) {
   pdl_start();
   using T = Tile<E, true>;
   const int64_t per_row = ld / 8, plane = rows * per_row;  // units
@@ -415,6 +430,7 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < plane;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row, unit = i % per_row;
+    const int terms = short_rows.terms_of(r);
     const int64_t stage_k = unit / (kStageK / 8) * kStageK;
     const int at0 = static_cast<int>(unit % (kStageK / 8)) * 4;
     uint32_t h[4], m[4], l[4];
@@ -429,7 +445,7 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
         v.x = src[0];
       }
       const Split3 t = split3(v.x, v.y);
-      h[w] = t.h, m[w] = t.m, l[w] = t.l;
+      h[w] = t.h, m[w] = terms >= 2 ? t.m : 0u, l[w] = terms == 3 ? t.l : 0u;
     }
     out[i] = make_uint4(h[0], h[1], h[2], h[3]);
     out[plane + i] = make_uint4(m[0], m[1], m[2], m[3]);
@@ -488,7 +504,8 @@ void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int gr
 // 8B's 8k-token prefill went 2358.6 -> 2591.3 tokens/s); the grouped experts lost with it then
 // (2338 -> 2639 ms on the 80B), and once the loop lost its divisions (docs/benchmarks.md,
 // thirty-seventh slice) won: the 80B's experts in 4096-token passes 2169 -> 1674 ms of op time,
-// its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) keep the in-kernel split.
+// its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) take them too: their
+// planes hold zeros for the terms they do not carry.
 bool presplit() { return knob_on("HIBANA_CUDA_TILED_PRESPLIT", true); }
 // Set (and on): the planes whatever memory is left. Unset: until memory has run short (below).
 bool presplit_asked() {
@@ -518,13 +535,11 @@ int depth_of(Elt elt, bool pre) {
 }  // namespace
 
 bool tiled_supports(const Params& p, Elt elt, bool grouped) {
-  // (Short rows take the in-kernel split whatever presplit says: run_tiled.)
-  return p.vec_x && (!grouped || p.tile_start != nullptr) &&
-         depth_of(elt, presplit() && !p.prefill_mask) > 0;
+  return p.vec_x && (!grouped || p.tile_start != nullptr) && depth_of(elt, presplit()) > 0;
 }
 
 void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
-  if (!presplit() || in.prefill_mask || !planes_wanted()) {  // (short rows: in-kernel only)
+  if (!presplit() || !planes_wanted()) {
     return launch_pre<false>(in, elt, grouped, max_rows, groups);
   }
   // The rows of x: every row a plain product has, or those a grouped one's row list reaches.
@@ -547,7 +562,12 @@ void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int gr
   const int64_t units = p.split_plane / 8;
   const dim3 blocks(static_cast<unsigned>(std::min<int64_t>((units + 255) / 256, 4096)));
   auto kernel = elt == Elt::bf16 ? presplit_kernel<Elt::bf16> : presplit_kernel<Elt::fp8>;
-  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes->as<uint16_t>());
+  ShortRows short_rows;
+  if (grouped && p.prefill_mask) {
+    short_rows = {p.prefill_mask, p.prefill_terms, p.x_div, p.token_div};
+  }
+  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes->as<uint16_t>(),
+             short_rows);
   launched("presplit_kernel");
   launch_pre<true>(p, elt, grouped, max_rows, groups);
 }

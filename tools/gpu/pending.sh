@@ -11,7 +11,8 @@
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `29` (the
-# pre-split planes off once memory has run short, against the build before). The calls already run
+# pre-split planes off once memory has run short, against the build before), `30` (the experts'
+# two-term prefill rows on the planes, their weights converted once a CTA). The calls already run
 # are in git history (9c77857 has the thirty-eighth slice's 27 and 28, d723e6a the thirty-seventh
 # slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call
 # 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11
@@ -263,6 +264,31 @@ call29() {
   done
   experts_ncu
 }
+# The experts' short rows (HIBANA_CUDA_GROUPED_PREFILL=2) on the pre-split planes and their fp8
+# weights converted once a CTA (HIBANA_CUDA_TILED_CONVERT_ONCE=1): every CUDA test, then the
+# model and engine tests with both on; the 80B's 8k prefill in 4096-token passes (two rounds)
+# and in one pass (one), each way, and the build before (`head`: two-term rows with the
+# in-kernel split).
+call30() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  HIBANA_CUDA_GROUPED_PREFILL=2 HIBANA_CUDA_TILED_CONVERT_ONCE=1 timeout 200 \
+    tools/gpu/check.sh tests 2>&1 | tail -3
+  local round chunk v lines='prefill [0-9]+ tokens|moe_(route_)?experts|ran short|error'
+  for round in 1 2 3; do
+    for chunk in 4096 0; do
+      [ $chunk = 0 ] && [ $round != 3 ] && continue
+      for v in "orig 3 0" "orig 3 1" "orig 2 0" "orig 2 1" "head 2 0"; do
+        set -- $v
+        echo "$1, terms $2, once $3, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=1 \
+          HIBANA_CUDA_GROUPED_PREFILL=$2 HIBANA_CUDA_TILED_CONVERT_ONCE=$3 timeout 90 \
+          .prebuilt/$1/hibana bench prefill --device cuda --load-format dummy \
+          --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --prompt-tokens 8192 \
+          --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -321,5 +347,6 @@ case "${1:-}" in
   22) call22 ;;
   23) call23 ;;
   29) call29 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|29" >&2; exit 2 ;;
+  30) call30 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|29|30" >&2; exit 2 ;;
 esac

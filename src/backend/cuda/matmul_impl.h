@@ -101,11 +101,11 @@ struct Params {
   // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory).
   int tiled_depth;
   // Grouped launches (the MoE experts in a pass with prefill rows and HIBANA_CUDA_GROUPED_PREFILL
-  // 1 or 2; null otherwise): prefill_mask[token] != 0 where the token's rows
-  // (short rows) carry only the activations' first prefill_terms bf16 terms, 1 or 2 (out row r is
-  // token r / token_div's). run_mma gives such a launch wholly to the tiled kernel, whose tiles of
-  // short rows alone skip the other terms' products; in a mixed tile their other terms are zeros,
-  // which add exact zeros: a row's bits do not depend on the rows beside it.
+  // 1 or 2; null otherwise): prefill_mask[token] != 0 where the token's rows (short rows) carry
+  // only the activations' first prefill_terms bf16 terms, 1 or 2 (out row r is token r /
+  // token_div's). run_mma gives such a launch wholly to the tiled kernel, whose tiles of short
+  // rows alone skip the other terms' products; in a mixed tile their other terms are zeros, which
+  // add exact zeros: a row's bits do not depend on the rows beside it.
   const uint8_t* prefill_mask;
   int prefill_terms;
   int64_t token_div;

@@ -13,14 +13,14 @@
 // Shared memory is swizzled so that a quarter-warp's 16-byte weight loads and a half-warp's
 // 8-byte activation loads each touch every bank once.
 //
-// Presplit (by default, see presplit()): a kernel splits the activations into
-// three bf16 planes in global memory once per product, each stage's row stored in fragment
-// order (16-byte unit s holds the bf16 pair that lane t passes as its register s of the stage's
-// B fragments, for t = 0..3), and the tiled kernel copies those units straight into its stages
-// and reads each product's two B registers with one ldmatrix.x2 per term — no split pass per
-// stage and one barrier a stage instead of two. The same terms in the same fragment places,
-// every accumulator's mmas in the same order: the same bits. Short rows (Params::prefill_mask)
-// hold zeros in the terms they do not carry, as the in-kernel split writes them.
+// Presplit (by default, see presplit()): a kernel splits the activations into three bf16 planes in
+// global memory once per product, each stage's row stored in fragment order (16-byte unit s holds
+// the bf16 pair that lane t passes as its register s of the stage's B fragments, for t = 0..3),
+// and the tiled kernel copies those units straight into its stages and reads each product's two B
+// registers with one ldmatrix.x2 per term — no split pass per stage and one barrier a stage
+// instead of two. The same terms in the same fragment places, every accumulator's mmas in the same
+// order: the same bits. Short rows (Params::prefill_mask) hold zeros in the terms they do not
+// carry, as the in-kernel split writes them.
 #include <algorithm>
 #include <memory>
 #include <mutex>

@@ -10,17 +10,15 @@
 # (a354107's grouped launches and the prefill in passes), `20` (the prefill products by cuBLASLt
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
-# tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `29` (the
-# pre-split planes off once memory has run short, against the build before), `30` (the experts'
-# two-term prefill rows on the planes, their weights converted once a CTA). The calls already run
-# are in git history (9c77857 has the thirty-eighth slice's 27 and 28, d723e6a the thirty-seventh
-# slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d the thirtieth slice's call
-# 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the twenty-fourth slice; 9 on 0e5461a, 11
-# on f7d7872, the thirtieth slice's 12 on fd0689d, the thirty-first slice's racecheck call 4 on
-# 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11, 12 and 16 on 9a098a3, from prebuilt
-# binaries as calls 13, 14 and 16; the thirty-fifth slice's 17 on cba2479, on an H100; the
-# thirty-sixth slice's 21 (less the 8B's figures), 20's goldens and 19's passes on 7ad98bc, on an
-# H100).
+# tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU). The calls already
+# run are in git history (c5a4f25 has the thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28,
+# d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
+# the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
+# twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
+# thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11, 12
+# and 16 on 9a098a3, from prebuilt binaries as calls 13, 14 and 16; the thirty-fifth slice's 17 on
+# cba2479, on an H100; the thirty-sixth slice's 21 (less the 8B's figures), 20's goldens and 19's
+# passes on 7ad98bc, on an H100).
 # Logs under $OUT. The 80B fp8 shape needs an H200 for batch 32 and 64 (its weights fill an 80
 # GB H100 to 172 MiB).
 # Usage on the device: source .devdeps/activate.sh && tools/gpu/pending.sh 8
@@ -242,53 +240,6 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
-# The pre-split planes off once memory has run short (a pool trim): the 80B's 8k prefill in one
-# pass (on an 80 GB H100 its weights leave it short) and in 4096-token passes, the build before
-# (`head`: hibana only) against orig and orig without planes, two rounds; every CUDA test first,
-# then the experts' Nsight Compute with the planes (never profiled so: call 23's).
-call29() {
-  use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round chunk b
-  for round in 1 2; do
-    for chunk in 0 4096; do
-      for b in head orig orig-planes-off; do
-        echo "$b, passes of ${chunk/#0/8192}: $(
-          [ $b = orig-planes-off ] && export HIBANA_CUDA_TILED_PRESPLIT=0
-          timeout 90 .prebuilt/${b%-planes-off}/hibana bench prefill --device cuda \
-            --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
-            --prompt-tokens 8192 --chunk $chunk 2>&1 |
-            grep -E 'prefill [0-9]+ tokens|ran short|error' | cut -c1-90 | tr '\n' ' ')"
-      done
-    done
-  done
-  experts_ncu
-}
-# The experts' short rows (HIBANA_CUDA_GROUPED_PREFILL=2) on the pre-split planes and their fp8
-# weights converted once a CTA (HIBANA_CUDA_TILED_CONVERT_ONCE=1): every CUDA test, then the
-# model and engine tests with both on; the 80B's 8k prefill in 4096-token passes (two rounds)
-# and in one pass (one), each way, and the build before (`head`: two-term rows with the
-# in-kernel split).
-call30() {
-  use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  HIBANA_CUDA_GROUPED_PREFILL=2 HIBANA_CUDA_TILED_CONVERT_ONCE=1 timeout 200 \
-    tools/gpu/check.sh tests 2>&1 | tail -3
-  local round chunk v lines='prefill [0-9]+ tokens|moe_(route_)?experts|ran short|error'
-  for round in 1 2 3; do
-    for chunk in 4096 0; do
-      [ $chunk = 0 ] && [ $round != 3 ] && continue
-      for v in "orig 3 0" "orig 3 1" "orig 2 0" "orig 2 1" "head 2 0"; do
-        set -- $v
-        echo "$1, terms $2, once $3, passes of ${chunk/#0/8192}: $(HIBANA_CUDA_TIMING=1 \
-          HIBANA_CUDA_GROUPED_PREFILL=$2 HIBANA_CUDA_TILED_CONVERT_ONCE=$3 timeout 90 \
-          .prebuilt/$1/hibana bench prefill --device cuda --load-format dummy \
-          --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --prompt-tokens 8192 \
-          --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
-      done
-    done
-  done
-}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -346,7 +297,5 @@ case "${1:-}" in
   21) call21 ;;
   22) call22 ;;
   23) call23 ;;
-  29) call29 ;;
-  30) call30 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|29|30" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23" >&2; exit 2 ;;
 esac

@@ -138,7 +138,8 @@ TEST_F(CudaPrefillRows, OnlyThePassesRowsAndOnlyWithTheSwitchOn) {
 // closer than one; the other tokens' outputs exactly the bits they have with three terms (=3) (or
 // with fewer and no prefill rows); with the switch unset, three; and a prefill token's output the
 // same in a pass of prefill tokens alone, whose experts' tiles hold no other rows (the tiles that
-// skip the other terms' products) as in the full pass, whose tiles mix both; all of it the same
+// skip the other terms' products), or whose experts' few rows the decode and small-batch kernels
+// take, as in the full pass, whose tiles mix both; all of it the same
 // bits with the activations split in the kernel and split beforehand into planes (whose short rows
 // hold zeros for the terms they do not carry). bf16 and fp8 experts, 300 tokens x 2 of 8 experts.
 TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryFewerTerms) {

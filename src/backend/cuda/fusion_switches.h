@@ -21,11 +21,10 @@ inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", 
 // (Backend::set_prefill_rows) carry only the activations' first N bf16 terms, in the tiled
 // kernel (mm::Params::prefill_mask): N thirds of the products where a tile has no other rows.
 // 3, the default, gives those rows the decode kernels' bits. 2 carries what cuBLASLt's prefill
-// products carry (~2^-18 of each activation left out): the 80B's 8k prefill in 4096-token
-// passes 1.05-1.07 times as fast, but in 512-token passes (a prompt beside decodes) 0.91, since
-// such a launch goes wholly to the tiled kernel, whose 64-token tiles an expert's ~10 rows
-// leave mostly empty (the decode kernels, which take groups of up to 8 rows otherwise, carry
-// all three terms): H100, docs/benchmarks.md, thirty-eighth slice. With 1 the qwen3_moe and
+// products carry (~2^-18 of each activation left out): the 80B's 8k prefill 1.04-1.05 times as
+// fast in 4096-token passes, 1.056 in 512-token ones (a prompt beside decodes; 0.91 while such
+// launches went wholly to the tiled kernel, whose 64-token tiles an expert's ~10 rows leave
+// mostly empty): H100, docs/benchmarks.md, thirty-eighth slice. With 1 the qwen3_moe and
 // qwen3_5_moe chunked goldens fail (last-position logits 0.053 from transformers' against
 // 1e-3; thirty-fifth slice). Read when a pass starts.
 inline int grouped_prefill_terms() {

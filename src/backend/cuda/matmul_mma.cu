@@ -324,9 +324,6 @@ std::atomic<int64_t> g_small_passes{0};  // cuda_grouped_small_passes()
 
 void run_mma(const Params& in, Elt elt, bool grouped, int64_t max_rows, int groups) {
   Params p = in;
-  // Short rows (Params::prefill_mask) only the tiled kernel carries: all its rows go there.
-  if (grouped && p.prefill_mask && tiled_supports(p, elt, true))
-    return run_tiled(p, elt, true, max_rows, groups);
   if (max_rows <= 8) return run_gemv(p, elt, grouped, max_rows, groups);
   // Most groups of a decode batch (an expert's tokens) are far smaller than max_rows: those
   // of up to 8 rows take the decode kernel, the launch below skips them. Same bits either way

@@ -19,8 +19,8 @@
 // and the tiled kernel copies those units straight into its stages and reads each product's two B
 // registers with one ldmatrix.x2 per term — no split pass per stage and one barrier a stage
 // instead of two. The same terms in the same fragment places, every accumulator's mmas in the same
-// order: the same bits. Short rows (Params::prefill_mask) hold zeros in the terms they do not
-// carry, as the in-kernel split writes them.
+// order: the same bits. Short rows (Params::prefill_mask) come rounded to the terms they carry
+// (moe.cu): their other planes hold zeros, as the in-kernel split writes them.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -405,24 +405,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
 }
 
-// Which rows of x are short rows (Params::prefill_mask) and how many terms they carry: x row r
-// is token r * x_div / token_div's (a grouped gate/up's x rows are its tokens, a down
-// projection's its pairs).
-struct ShortRows {
-  const uint8_t* mask = nullptr;  // null: every row carries three terms
-  int terms = 3;
-  int64_t x_div = 1, token_div = 1;
-  __device__ int terms_of(int64_t r) const {
-    return mask && mask[r * x_div / token_div] ? terms : 3;
-  }
-};
-
 // x's rows as the three bf16 planes the pre-split kernel reads (Params::xsplit): a thread per
 // 16-byte unit of a stored row (four bf16 pairs, Tile::stored_word's), split3's terms, zeros
 // from K to the row's end ld (a multiple of the stage).
 template <Elt E>
 __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64_t K, int64_t ld,
-                                uint16_t* planes, ShortRows short_rows) {
+                                uint16_t* planes) {
   pdl_start();
   using T = Tile<E, true>;
   const int64_t per_row = ld / 8, plane = rows * per_row;  // units
@@ -430,7 +418,6 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < plane;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row, unit = i % per_row;
-    const int terms = short_rows.terms_of(r);
     const int64_t stage_k = unit / (kStageK / 8) * kStageK;
     const int at0 = static_cast<int>(unit % (kStageK / 8)) * 4;
     uint32_t h[4], m[4], l[4];
@@ -445,7 +432,7 @@ __global__ void presplit_kernel(const float* x, int64_t ldx, int64_t rows, int64
         v.x = src[0];
       }
       const Split3 t = split3(v.x, v.y);
-      h[w] = t.h, m[w] = terms >= 2 ? t.m : 0u, l[w] = terms == 3 ? t.l : 0u;
+      h[w] = t.h, m[w] = t.m, l[w] = t.l;
     }
     out[i] = make_uint4(h[0], h[1], h[2], h[3]);
     out[plane + i] = make_uint4(m[0], m[1], m[2], m[3]);
@@ -504,8 +491,7 @@ void launch_pre(const Params& p, Elt elt, bool grouped, int64_t max_rows, int gr
 // 8B's 8k-token prefill went 2358.6 -> 2591.3 tokens/s); the grouped experts lost with it then
 // (2338 -> 2639 ms on the 80B), and once the loop lost its divisions (docs/benchmarks.md,
 // thirty-seventh slice) won: the 80B's experts in 4096-token passes 2169 -> 1674 ms of op time,
-// its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) take them too: their
-// planes hold zeros for the terms they do not carry.
+// its 8k prefill 1.15 times as fast. Short rows (Params::prefill_mask) take them too.
 bool presplit() { return knob_on("HIBANA_CUDA_TILED_PRESPLIT", true); }
 // Set (and on): the planes whatever memory is left. Unset: until memory has run short (below).
 bool presplit_asked() {
@@ -562,12 +548,7 @@ void run_tiled(const Params& in, Elt elt, bool grouped, int64_t max_rows, int gr
   const int64_t units = p.split_plane / 8;
   const dim3 blocks(static_cast<unsigned>(std::min<int64_t>((units + 255) / 256, 4096)));
   auto kernel = elt == Elt::bf16 ? presplit_kernel<Elt::bf16> : presplit_kernel<Elt::fp8>;
-  ShortRows short_rows;
-  if (grouped && p.prefill_mask) {
-    short_rows = {p.prefill_mask, p.prefill_terms, p.x_div, p.token_div};
-  }
-  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes->as<uint16_t>(),
-             short_rows);
+  launch_pdl(kernel, blocks, 256, 0, p.x, p.ldx, rows, p.K, p.ld_split, planes->as<uint16_t>());
   launched("presplit_kernel");
   launch_pre<true>(p, elt, grouped, max_rows, groups);
 }

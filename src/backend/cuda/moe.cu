@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/matmul_impl.h"
+#include "backend/cuda/mma_common.cuh"
 #include "backend/cuda/moe_impl.h"
 #include "backend/cuda/norm_impl.cuh"
 #include "backend/cuda/ops.h"
@@ -163,6 +164,39 @@ __global__ void keep_experts_kernel(int32_t* ids, float* weights, int64_t pairs,
   }
 }
 
+// A pass's prefill tokens' rows (PrefillTerms) rounded to their first `terms` bf16 terms
+// (split3's h, or h + m, which an f32 holds exactly), from src into dst (src itself or a copy):
+// row r is token r / row_div's. Every matmul kernel then finds those rows' other terms zero,
+// whichever kernel an expert's group lands in, so their bits do not depend on it; the tiled
+// kernel skips the zero terms' products in a tile of such rows alone (Params::prefill_mask).
+__global__ void round_prefill_rows_kernel(const float* src, int64_t lds, float* dst, int64_t ldd,
+                                          int64_t rows, int64_t cols, int64_t row_div,
+                                          PrefillTerms prefill) {
+  pdl_start();
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const bool short_row = prefill.mask[r / row_div] != 0;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float v = src[r * lds + c];
+      if (short_row) {
+        const mm::Split3 s = mm::split3(v, 0.0f);
+        v = prefill.terms == 1 ? mm::low_of(s.h) : mm::low_of(s.h) + mm::low_of(s.m);
+      }
+      dst[r * ldd + c] = v;
+    }
+  }
+}
+
+void round_prefill_rows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows,
+                        int64_t cols, int64_t row_div, const PrefillTerms& prefill) {
+  if (rows == 0 || cols == 0) return;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + 255) / 256, 16)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 4096)));
+  launch_pdl(round_prefill_rows_kernel, grid, 256, 0, src, lds, dst, ldd, rows, cols, row_div,
+             prefill);
+  launched("round_prefill_rows_kernel");
+}
+
 }  // namespace
 
 namespace {
@@ -179,6 +213,15 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // At most min(E, T * k) experts are used: the grouped launches have that many slices.
   const int slices = static_cast<int>(std::min<int64_t>(groups.E, pairs));
 
+  // A pass's prefill tokens carry f.prefill.terms terms: their rows of x, and below of the down
+  // projection's input, rounded to those terms first (round_prefill_rows_kernel).
+  std::unique_ptr<Scratch> rounded;
+  Tensor xin = x;
+  if (f.prefill.mask) {
+    rounded = std::make_unique<Scratch>(T * H * sizeof(float));
+    xin = Tensor(rounded->as<float>(), DType::f32, {T, H}, Device::cuda);
+    round_prefill_rows(x.ptr<float>(), ld(x), xin.ptr<float>(), H, T, H, 1, f.prefill);
+  }
   // gate and up of each pair side by side: [pairs, 2I], gate in the first I columns.
   Scratch gate_up(pairs * 2 * I * sizeof(float)), y(pairs * H * sizeof(float));
   Tensor gt(gate_up.as<float>(), DType::f32, {pairs, I}, Device::cuda);
@@ -228,15 +271,18 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   };
   const int kx = static_cast<int>(k);
   if (!experts.gate_up.empty()) {  // one launch for both, with the gating where it can
-    if (!f.swiglu || !grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, I,
-                              true)) {
-      grouped(experts.gate_up[0], tab.gate_up, x, kx, gt.ptr<float>(), 2 * I, 0, true);
+    if (!f.swiglu ||
+        !grouped(experts.gate_up[0], tab.gate_up, xin, kx, gt.ptr<float>(), 2 * I, I, true)) {
+      grouped(experts.gate_up[0], tab.gate_up, xin, kx, gt.ptr<float>(), 2 * I, 0, true);
       silu_mul(gt, ut, gt);
     }
   } else {
-    grouped(experts.gate[0], tab.gate, x, kx, gt.ptr<float>(), 2 * I, 0, true);
-    grouped(experts.up[0], tab.up, x, kx, ut.ptr<float>(), 2 * I, 0, true);
+    grouped(experts.gate[0], tab.gate, xin, kx, gt.ptr<float>(), 2 * I, 0, true);
+    grouped(experts.up[0], tab.up, xin, kx, ut.ptr<float>(), 2 * I, 0, true);
     silu_mul(gt, ut, gt);
+  }
+  if (f.prefill.mask) {
+    round_prefill_rows(gt.ptr<float>(), 2 * I, gt.ptr<float>(), 2 * I, pairs, I, k, f.prefill);
   }
   // The down projection's routing was written two or more launches back (gate/up in between):
   // its decode kernel may stream its weights before it waits.

@@ -68,7 +68,8 @@ void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 // routing is older than that kernel).
 // The MoE experts' rows of a pass's prefill tokens with fewer terms of the activations
 // (HIBANA_CUDA_GROUPED_PREFILL): mask[t] != 0 for those tokens (mark_prefill_tokens), whose rows
-// carry the first `terms` (1 or 2) bf16 terms (mm::Params::prefill_mask); a null mask: none.
+// carry the first `terms` (1 or 2) bf16 terms (mm::Params::prefill_mask; moe.cu rounds their
+// activations to them); a null mask: none.
 struct PrefillTerms {
   const uint8_t* mask = nullptr;
   int terms = 3;

@@ -18,17 +18,17 @@ inline bool fused_swiglu() { return knob_on("HIBANA_CUDA_FUSED_SWIGLU", true); }
 // off. Read at every call.
 inline bool grouped_prefetch() { return knob_on("HIBANA_CUDA_GROUPED_PREFETCH", true); }
 // HIBANA_CUDA_GROUPED_PREFILL=N (1, 2 or 3): the MoE experts' rows of a pass's prefill tokens
-// (Backend::set_prefill_rows) carry only the activations' first N bf16 terms, in the tiled
-// kernel (mm::Params::prefill_mask): N thirds of the products where a tile has no other rows.
-// 3, the default, gives those rows the decode kernels' bits. 2 carries what cuBLASLt's prefill
-// products carry (~2^-18 of each activation left out): the 80B's 8k prefill 1.04-1.05 times as
-// fast in 4096-token passes, 1.056 in 512-token ones (a prompt beside decodes; 0.91 while such
-// launches went wholly to the tiled kernel, whose 64-token tiles an expert's ~10 rows leave
-// mostly empty): H100, docs/benchmarks.md, thirty-eighth slice. With 1 the qwen3_moe and
-// qwen3_5_moe chunked goldens fail (last-position logits 0.053 from transformers' against
-// 1e-3; thirty-fifth slice). Read when a pass starts.
+// (Backend::set_prefill_rows) carry only the activations' first N bf16 terms (rounded to them
+// beforehand, moe.cu; mm::Params::prefill_mask): the tiled kernel runs N thirds of the products
+// where a tile has no other rows. 2, the default, carries what cuBLASLt's prefill products carry
+// (~2^-18 of each activation left out): the 80B's 8k prefill 1.04-1.05 times as fast as with 3 in
+// 4096-token passes, 1.056 in 512-token ones (a prompt beside decodes; 0.91 while such launches
+// went wholly to the tiled kernel, whose 64-token tiles an expert's ~10 rows leave mostly empty):
+// H100, docs/benchmarks.md, thirty-eighth slice. 3 gives those rows the decode kernels' bits. With
+// 1 the qwen3_moe and qwen3_5_moe chunked goldens fail (last-position logits 0.053 from
+// transformers' against 1e-3; thirty-fifth slice). Read when a pass starts.
 inline int grouped_prefill_terms() {
-  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 3);  // (3 for "0", unset or not a number)
+  const int64_t n = knob("HIBANA_CUDA_GROUPED_PREFILL", 2);  // (2 for "0", unset, not a number)
   check(n <= 3, ErrorKind::invalid_argument, "HIBANA_CUDA_GROUPED_PREFILL must be 1, 2 or 3");
   return static_cast<int>(n);
 }

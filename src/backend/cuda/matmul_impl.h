@@ -100,13 +100,13 @@ struct Params {
   int64_t ld_split, split_plane;
   // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory).
   int tiled_depth;
-  // Grouped launches (the MoE experts in a pass with prefill rows and HIBANA_CUDA_GROUPED_PREFILL
-  // 1 or 2; null otherwise): prefill_mask[token] != 0 where the token's rows (short rows) carry
-  // only the activations' first prefill_terms bf16 terms, 1 or 2 (out row r is token r /
-  // token_div's). moe.cu rounds such rows' activations to those terms before the launch, so
-  // every kernel finds their other terms zero (exact zeros added: a row's bits depend neither
-  // on the kernel its group lands in nor on the rows beside it); the tiled kernel skips those
-  // terms' products in a tile of short rows alone.
+  // Grouped launches (the MoE experts in a pass with prefill rows, unless
+  // HIBANA_CUDA_GROUPED_PREFILL=3; null otherwise): prefill_mask[token] != 0 where the token's rows
+  // (short rows) carry only the activations' first prefill_terms bf16 terms, 1 or 2 (out row r is
+  // token r / token_div's). moe.cu rounds such rows' activations to those terms before the launch,
+  // so every kernel finds their other terms zero (exact zeros added: a row's bits depend neither on
+  // the kernel its group lands in nor on the rows beside it); the tiled kernel skips those terms'
+  // products in a tile of short rows alone.
   const uint8_t* prefill_mask;
   int prefill_terms;
   int64_t token_div;

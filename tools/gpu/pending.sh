@@ -10,7 +10,8 @@
 # (a354107's grouped launches and the prefill in passes), `20` (the prefill products by cuBLASLt
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
-# tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU). The calls already
+# tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
+# every test on this tree, two-term expert rows against three). The calls already
 # run are in git history (c5a4f25 has the thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28,
 # d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
 # the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
@@ -240,6 +241,24 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
+# Any GPU, first: every CUDA test on this tree (eff5d49's change to the experts' two-term test has
+# not run on a GPU), then the 80B's 8k prefill in 4096- and 512-token passes at the default (two
+# terms) against three, two rounds.
+call31() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  local round chunk terms lines='prefill [0-9]+ tokens|moe_(route_)?experts|ran short|error'
+  for round in 1 2; do
+    for chunk in 4096 512; do
+      for terms in 3 2; do
+        echo "terms $terms, passes of $chunk: $(HIBANA_CUDA_TIMING=1 \
+          HIBANA_CUDA_GROUPED_PREFILL=$terms timeout 60 $B/hibana bench prefill --device cuda \
+          --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
+          --prompt-tokens 8192 --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -297,5 +316,6 @@ case "${1:-}" in
   21) call21 ;;
   22) call22 ;;
   23) call23 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23" >&2; exit 2 ;;
+  31) call31 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31" >&2; exit 2 ;;
 esac

@@ -20,7 +20,7 @@
 // registers with one ldmatrix.x2 per term — no split pass per stage and one barrier a stage
 // instead of two. The same terms in the same fragment places, every accumulator's mmas in the same
 // order: the same bits. Short rows (Params::prefill_mask) come rounded to the terms they carry
-// (moe.cu): their other planes hold zeros, as the in-kernel split writes them.
+// (moe.cu): their other planes hold zeros, as the in-kernel split finds them.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -39,12 +39,8 @@ constexpr int kTileRows = 128;             // weight rows per CTA: 4 warps x 32
 constexpr int kTileTokens = kTiledTokens;  // tokens per CTA: 2 warps x 32
 constexpr int kThreads = 256;
 constexpr int kStageK = 64;  // k per pipeline stage (a multiple of both chunk sizes' halves)
-// The kernel's static shared memory: where its tile's x rows start, its out rows, its short
-// rows.
-// (The flags take a whole 128-byte line, so the dynamic memory after them stays aligned.)
-constexpr int kShortRowBytes = 128;
-static_assert(kTiledTokens <= kShortRowBytes, "a flag a token");
-constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t)) + kShortRowBytes;
+// The kernel's static shared memory: where its tile's x rows start, and its out rows.
+constexpr int kStaticSmem = 2 * kTiledTokens * static_cast<int>(sizeof(int64_t));
 constexpr int kMaxDepth = 3;  // pipeline slots (Params::tiled_depth: 3, or 2 where memory is short)
 constexpr int kTermWords = kStageK / 2;  // u32 (bf16 pairs) per token and term in a stage
 
@@ -128,13 +124,12 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
 
   // Where each token's activations start (elements from p.x or, kPre, from a plane's start).
   __shared__ int64_t x_at[kTileTokens], o_row[kTileTokens];
-  __shared__ bool short_row[kShortRowBytes];  // (read only where p.prefill_mask is set)
-  static_assert(sizeof(x_at) + sizeof(o_row) + sizeof(short_row) == kStaticSmem,
-                "depth_for counts them");
+  static_assert(sizeof(x_at) + sizeof(o_row) == kStaticSmem, "depth_for counts them");
   fill_rows<kGrouped>(p, rows, m0, rows_here, kTileTokens, kPre ? p.ld_split : p.ldx, x_at, o_row);
   __syncthreads();
   // Short rows (a pass's prefill tokens', Params::prefill_mask; rows past the group count as
-  // such) carry p.prefill_terms terms: a tile of them alone runs only those terms' products.
+  // such) come rounded to p.prefill_terms terms (moe.cu), so their other terms split to zeros:
+  // a tile of them alone runs only those terms' products.
   bool all_short = false;
   if constexpr (kGrouped) {
     if (p.prefill_mask) {
@@ -142,7 +137,6 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       if (threadIdx.x < kTileTokens) {
         const int64_t o = o_row[threadIdx.x];
         mine = o < 0 || p.prefill_mask[o / p.token_div] != 0;
-        short_row[threadIdx.x] = mine;
       }
       all_short = __syncthreads_and(mine);
     }
@@ -195,26 +189,21 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       }
     }
   };
-  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (short
-  // rows: their first prefill_terms terms, zeros for the others; a tile of them alone: only
-  // those terms).
-  const bool some_short = kGrouped && p.prefill_mask != nullptr;  // (short_row is set)
-  const int short_terms = some_short ? p.prefill_terms : 3;
+  // The raw activations of slot `slot` as three bf16 terms, in fragment-friendly words (a tile
+  // of short rows alone: only the terms they carry).
+  const int short_terms = kGrouped && p.prefill_mask != nullptr ? p.prefill_terms : 3;
   auto split_stage = [&](int slot) {
     const float* xs = reinterpret_cast<const float*>(smem + slot * T::kStageBytes + T::kWBytes);
     for (int i = threadIdx.x; i < kTileTokens * kStageK / 4; i += kThreads) {
       const int tok = i / (kStageK / 4), q = i % (kStageK / 4);
       const float4 v = *reinterpret_cast<const float4*>(xs + tok * kStageK + 4 * q);
-      Split3 a = split3(v.x, v.y), b = split3(v.z, v.w);
+      const Split3 a = split3(v.x, v.y), b = split3(v.z, v.w);
       const int w = tok * kTermWords + T::x_word(tok, 2 * q);
       constexpr int kTerm = kTileTokens * kTermWords;
       *reinterpret_cast<uint2*>(split + w) = make_uint2(a.h, b.h);
-      const bool cut = some_short && short_row[tok];
       if (all_short && short_terms == 1) continue;
-      if (cut && short_terms == 1) a.m = b.m = 0u;
       *reinterpret_cast<uint2*>(split + kTerm + w) = make_uint2(a.m, b.m);
       if (all_short) continue;
-      if (cut) a.l = b.l = 0u;
       *reinterpret_cast<uint2*>(split + 2 * kTerm + w) = make_uint2(a.l, b.l);
     }
   };

@@ -241,9 +241,9 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
-# Any GPU, first: every CUDA test on this tree (eff5d49's change to the experts' two-term test has
-# not run on a GPU), then the 80B's 8k prefill in 4096- and 512-token passes at the default (two
-# terms) against three, two rounds.
+# Any GPU, first: every CUDA test on this tree (eff5d49's change to the experts' two-term test and
+# ca4c077's tiled kernel have not run on a GPU), then the 80B's 8k prefill in 4096- and 512-token
+# passes at the default (two terms) against three, two rounds.
 call31() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4

@@ -324,10 +324,6 @@ int64_t cuda_one_cta_split_products();
 // kernel first (HIBANA_CUDA_GEMV_PARTIALS_KB says when not) in this process: a diagnostic for
 // tests. 0 without CUDA.
 int64_t cuda_grouped_small_passes();
-// How many one-token MoE down projections have run with the combine, the residual add and the
-// norm in their kernel (HIBANA_CUDA_DOWN_COMBINE) in this process: a diagnostic for tests. 0
-// without CUDA.
-int64_t cuda_down_combine_launches();
 // The CUDA backend on GPU `device`; throws Error(unsupported) in a build without CUDA or on a
 // GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

@@ -24,10 +24,6 @@ int64_t cuda_grouped_small_passes() {
   return 0;
 }
 
-int64_t cuda_down_combine_launches() {
-  return 0;
-}
-
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(ErrorKind::unsupported,
               "this hibana was built without CUDA (nvcc was not found when it was configured)");

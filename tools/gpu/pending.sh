@@ -11,8 +11,7 @@
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
-# every test on this tree, two-term expert rows against three), `32` (every test, the down
-# projection ending in the combine against the two kernels). The calls already
+# every test on this tree, two-term expert rows against three). The calls already
 # run are in git history (c5a4f25 has the thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28,
 # d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
 # the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
@@ -260,16 +259,6 @@ call31() {
     done
   done
 }
-# Any GPU: every CUDA test on this tree (one token's down projection ending in the combine, add
-# and norm, Fused::combine), then the 80B's decode at batch 1 and 8 with
-# HIBANA_CUDA_DOWN_COMBINE=0 against 1, three alternating rounds.
-call32() {
-  use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  VARIANTS="HIBANA_CUDA_DOWN_COMBINE=0;HIBANA_CUDA_DOWN_COMBINE=1" \
-    CONFIGS="qwen3-next-80b-a3b:fp8" ROUNDS=3 BATCHES=1,8 \
-    timeout 300 tools/gpu/check.sh sweep 2>&1 | tail -8
-}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -328,6 +317,5 @@ case "${1:-}" in
   22) call22 ;;
   23) call23 ;;
   31) call31 ;;
-  32) call32 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|32" >&2; exit 2 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31" >&2; exit 2 ;;
 esac

@@ -436,8 +436,7 @@ class CudaBackend final : public Backend {
         cuda::moe_route_experts(x, logits, k, renormalise, shared_gate, experts, ids, weights, out,
                                 norm ? then : nullptr,
                                 {route, fused_swiglu(), grouped_prefetch(), experts_x_early(),
-                                 shared_expert_early(), prefill_terms(x.shape[0]),
-                                 down_combine()});
+                                 shared_expert_early(), prefill_terms(x.shape[0])});
       }
       if (then && !norm) {
         add_rmsnorm(then->x, out, then->weight, then->eps, then->zero_centred, then->normed);

@@ -59,13 +59,6 @@ inline bool experts_x_early() { return knob_on("HIBANA_CUDA_EXPERTS_X_EARLY", tr
 // store (mm::Params::slice_known; the same bits). On: 1.032 at batch 1 on the 80B (twenty-first
 // slice); =0 runs it after the routing like the routed experts.
 inline bool shared_expert_early() { return knob_on("HIBANA_CUDA_SHARED_EXPERT_EARLY", true); }
-// HIBANA_CUDA_DOWN_COMBINE: with the combine's norm (HIBANA_CUDA_COMBINE_NORM_SPLIT), one
-// token's fp8 down projection ends in the combine, the residual add and the norm
-// (gemv_kernel.cuh's Fused::combine: a CTA per 16 rows of every pair, a warp a pair), one launch
-// fewer per MoE layer and no pass of the pairs' outputs through L2 (the same bits). Off by
-// default: the 80B at batch 1 ran 0.984 times as fast with it (332.2 -> 326.8 tok/s), 1.003 at
-// batch 8 (H100, three rounds; docs/benchmarks.md, thirty-ninth slice); =1 turns it on.
-inline bool down_combine() { return knob_on("HIBANA_CUDA_DOWN_COMBINE", false); }
 // HIBANA_CUDA_FUSED_ATTENTION_GATE: the attention merge applies a gated attention's output
 // gate, one launch fewer per gated attention layer (the same bits). On by default (80B decode
 // +0.5% at batch 1 alone); =0 turns it off.

@@ -1,11 +1,10 @@
 // Private to gemv_kernel.cuh: the decode matmul's epilogue — a lane's sums into the output or the
 // split partials, the last CTA of a tile reducing them, and what a fused launch applies as it
-// stores (SwiGLU, the DeltaNet's conv, the MoE combine with the residual add and norm).
+// stores (SwiGLU, the DeltaNet's conv).
 #pragma once
 
 #include "backend/cuda/conv_impl.cuh"
 #include "backend/cuda/matmul_impl.h"
-#include "backend/cuda/norm_impl.cuh"
 
 namespace hibana::cuda::mm {
 
@@ -57,77 +56,7 @@ __device__ __forceinline__ void conv_outputs(const Params& p, const int64_t (&or
 // products only, the DeltaNet conv (Params::conv_w). The conv's code in every plain kernel made
 // the 80B's fp8 one 7 KB larger (cubin: 45824 against 38528 bytes with the store below
 // inlined once).
-// Fused::combine (grouped, one token's down projection): a CTA takes 16 output rows of every
-// pair, a warp a pair (a slice), and applies the MoE combine, the residual add and the norm
-// (CombineTail, below; Params::combine).
-enum class Fused { none, swiglu, conv, combine };
-
-// The most pairs (warps) of a Fused::combine launch; it has at least kWideThreads / 32 warps
-// (the norm's), the warps past its slices carrying no rows.
-constexpr int kCombineWarps = 16;
-// Fused::combine's shared memory past its warps' rings: each pair's sums of the CTA's 16 rows,
-// the pairs' ids and weights, the norm's warp sums.
-struct CombineSmem {
-  float y[kCombineWarps][16];
-  int32_t id[kCombineWarps];
-  float w[kCombineWarps];
-  float part[kWideThreads / 32];
-};
-
-// What a Fused::combine kernel does besides its product, with the bits of moe.cu's
-// combine_add_norm_split_kernel: before its wait, the pairs' ids and weights (the routing is
-// older than the previous kernel: Params::routing_ready) and its 16 rows of the residual
-// stream (older still) into shared memory and registers, and the norm weights (constants);
-// after its product, each pair's sums into shared memory, then a thread a row adds the pairs'
-// weighted sums in combine_column's order, stores the output and adds it to x, and the CTA that
-// finishes last normalises x (wide_norm_group_in with kC = 8: any width, the same bits).
-template <bool kOn>
-struct CombineTail {
-  __device__ void start(const Params&, unsigned char*) {}
-};
-template <>
-struct CombineTail<true> {
-  static constexpr int kC = 8;
-  float xres = 0.0f;  // x at the thread's row (threads below 16)
-  float wv[kC];
-
-  __device__ void start(const Params& p, unsigned char* smem_tail) {
-    CombineSmem& s = *reinterpret_cast<CombineSmem*>(smem_tail);
-    const CombineArgs& a = p.combine;
-    const int i = threadIdx.x;
-    if (i < a.k) {
-      s.id[i] = __ldcg(a.ids + i);
-      s.w[i] = __ldcg(a.weights + i);
-    }
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * 16 + i;
-    if (i < 16 && c < p.N) xres = __ldcg(a.x + c);
-    wide_norm_weights(a.norm_w, p.N, wv);
-  }
-  // total: the lane's packed sums (rows rA and rB of the pair, in the lanes with t == 0).
-  __device__ void finish(const Params& p, const float (&total)[4], int pair, int64_t rA,
-                         int64_t rB, int t, unsigned char* smem_tail) {
-    CombineSmem& s = *reinterpret_cast<CombineSmem*>(smem_tail);
-    const CombineArgs& a = p.combine;
-    if (pair >= 0 && t == 0) {
-      s.y[pair][rA % 16] = total[0];
-      s.y[pair][rB % 16] = total[2];
-    }
-    __syncthreads();
-    const int i = threadIdx.x;
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * 16 + i;
-    if (i < 16 && c < p.N) {
-      float acc = 0.0f;
-      for (int j = 0; j < a.k; ++j) {
-        if (s.id[j] >= 0) acc = fmaf(s.w[j], s.y[j][i], acc);
-      }
-      p.out[c] = acc;
-      a.x[c] = xres + acc;
-    }
-    if (!last_to_finish(a.counter, static_cast<int>(gridDim.x))) return;
-    wide_norm_group_in<false, false, true, true>(a.x, nullptr, nullptr, a.norm_w, wv, a.eps,
-                                                 a.zero_centred, p.N, a.normed, s.part);
-  }
-};
+enum class Fused { none, swiglu, conv };
 
 // The output row of each of the lane's four sums (-1: none; finish's rows, below). Grouped,
 // from the group's row list, read once (a store could alias the list for the compiler, which

@@ -77,11 +77,6 @@ constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int cta_warps(int cta_splits) {
   return cta_splits >= kWarps ? cta_splits : kWarps / cta_splits * cta_splits;
 }
-// The most warps a kernel's CTA has (its launch bounds): a Fused::combine kernel's, one a pair,
-// or its splits'.
-constexpr int max_warps(Fused fused, int cta_splits) {
-  return fused == Fused::combine ? kCombineWarps : cta_warps(cta_splits);
-}
 // Bytes of a warp's weight ring. fp8 takes 6 KiB, the least its stages allow (three of 2
 // KiB): against 12 KiB the 80B's decode step ran 1.029-1.031 times as fast at batch 1 and
 // 1.082-1.085 at batch 8, and 16 KiB 0.969 / 0.925. bf16 keeps 12 KiB up to 2 rows (the packed
@@ -155,8 +150,7 @@ constexpr int kXSharedMax = 26 << 10;
 template <Elt E, bool kGrouped, bool kXShared, int kRows, int kRing = kRingPerWarp<E, kRows <= 2>,
           Fused kFused = Fused::none, bool kOneSplit = false, bool kXEarly = false,
           int kCtaSplits = 1>
-__global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
-                                  4 * kWarps / max_warps(kFused, kCtaSplits))
+__global__ void __launch_bounds__(cta_warps(kCtaSplits) * 32, 4 * kWarps / cta_warps(kCtaSplits))
     gemv_kernel(Params p, int x_rows) {
   static_assert(kRows == 1 || kRows == 2 || kRows == 8, "rows");
   static_assert(!kXEarly || (kGrouped && kXShared && kRows == 1 && (kOneSplit || kCtaSplits > 1)),
@@ -164,13 +158,7 @@ __global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
   static_assert(kCtaSplits == 1 ||
                     (!kOneSplit && ((kCtaSplits >= 2 && kCtaSplits <= 4) || kCtaSplits == 8)),
                 "splits in one CTA");
-  // Fused::combine: a warp per slice (a pair of the token), all on the CTA's 16 rows.
-  constexpr bool kCombine = kFused == Fused::combine;
-  static_assert(!kCombine || (kGrouped && !kXShared && kRows == 1 && kOneSplit && !kXEarly &&
-                              kCtaSplits == 1),
-                "combine: one token's grouped product in one split, x per warp");
-  constexpr int kCtaWarps = cta_warps(kCtaSplits);
-  constexpr int kRowGroups = kCombine ? 1 : kCtaWarps / kCtaSplits;
+  constexpr int kCtaWarps = cta_warps(kCtaSplits), kRowGroups = kCtaWarps / kCtaSplits;
   constexpr int kCtaRows = 16 * kRowGroups;
   constexpr bool kPacked = kRows <= 2;
   constexpr bool kPaired = kFused == Fused::swiglu;
@@ -186,7 +174,7 @@ __global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * D * S::kLaneCopies * 32 + lane;
   // The warp's split among the CTA's (kCtaSplits) and its 16 rows' group.
-  const int warp_split = warp % kCtaSplits, row_group = kCombine ? 0 : warp / kCtaSplits;
+  const int warp_split = warp % kCtaSplits, row_group = warp / kCtaSplits;
 
   // Params::x_early (kXEarly): a grouped launch of one token's pairs splits that token's
   // activations before its wait and before it reads the routing (x row 0 whatever its group).
@@ -227,11 +215,6 @@ __global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
     share_activations<S, kCtaWarps, true>(p, xw, cta_k_first, cta_span, pitch, 1,
                                           [](int) -> int64_t { return 0; });
   }
-  // Fused::combine: its shared memory past the rings, and what it loads before the wait.
-  unsigned char* combine_smem = smem + blockDim.x / 32 * kRing;
-  CombineTail<kCombine> tail;
-  assert(!kCombine || early);
-  tail.start(p, combine_smem);
   if (!early) wait_previous();
   MatPtr mat = p.single;
   int64_t rows_here = p.M;
@@ -241,24 +224,17 @@ __global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
   auto leave_early = [&] {
     if (kGrouped && early) pdl_wait();
   };
-  // (A combine's warp without a slice runs its loop on no rows: its CTA's barriers need it.)
   if constexpr (kGrouped) {
-    const int slice = kCombine ? warp : static_cast<int>(blockIdx.z);
-    if (!slice_group(p, slice, known, mat, rows, rows_here)) {
-      if constexpr (!kCombine) return leave_early();
-      rows_here = 0;
-    }
+    if (!slice_group(p, known, mat, rows, rows_here)) return leave_early();
   }
-  if (!kCombine && rows_here <= 0) return leave_early();
+  if (rows_here <= 0) return leave_early();
 
   // The warp's 16 mma rows: rows g and g + 8 of its 16; paired (SwiGLU), 8 gate rows and their
   // up rows `pair` further (a CTA serves 32 outputs, and the grid is the same).
   const int64_t rA = kPaired ? static_cast<int64_t>(blockIdx.x) * (kCtaRows / 2) + row_group * 8 + g
                              : static_cast<int64_t>(blockIdx.x) * kCtaRows + row_group * 16 + g;
   const int64_t rB = kPaired ? rA + p.pair : rA + 8;
-  const bool has_rows = rows_here > 0;  // (false only in a combine's warp without a slice)
-  const bool okA = has_rows && rA < (kPaired ? p.pair : p.N);
-  const bool okB = kPaired ? okA : has_rows && rB < p.N;
+  const bool okA = rA < (kPaired ? p.pair : p.N), okB = kPaired ? okA : rB < p.N;
   const unsigned char* wbase = static_cast<const unsigned char*>(mat.w);
   const unsigned char* wA = wbase + ((okA ? rA : 0) * p.ldw + k_first + t * VE) * S::esize;
   const unsigned char* wB = wbase + ((okB ? rB : 0) * p.ldw + k_first + t * VE) * S::esize;
@@ -482,10 +458,6 @@ __global__ void __launch_bounds__(max_warps(kFused, kCtaSplits) * 32,
       total[2] = total[2] + o.z;
       total[3] = total[3] + o.w;
     }
-  }
-  if constexpr (kCombine) {
-    tail.finish(p, total, has_rows ? __ldcg(rows) : -1, rA, rB, t, combine_smem);
-    return;
   }
   int32_t orow[4];
   out_rows<kGrouped, kPacked>(rows, rows_here, okA, okB, t, orow, known ? p.known_row : -1);

@@ -9,18 +9,18 @@
 
 namespace hibana::cuda::mm {
 
-// The group of a grouped CTA's slice (Fused::combine: a warp's): its matrix, its rows (the
-// group's slice of the row list) and their count. known (Params::slice_known): the host's
-// matrix, one row (out_rows takes it from Params::known_row); otherwise the slice's active
-// expert, then its matrix and offsets. Returns false where the CTA has nothing to do (a slice
-// past the active ones, or a group another launch serves).
-__device__ __forceinline__ bool slice_group(const Params& p, int slice, bool known, MatPtr& mat,
+// A grouped CTA's group: its matrix, its rows (the group's slice of the row list) and their
+// count. known (Params::slice_known): the host's matrix, one row (out_rows takes it from
+// Params::known_row); otherwise the slice's active expert, then its matrix and offsets.
+// Returns false where the CTA has nothing to do (a slice past the active ones, or a group
+// another launch serves).
+__device__ __forceinline__ bool slice_group(const Params& p, bool known, MatPtr& mat,
                                             const int32_t*& rows, int64_t& rows_here) {
   if (known) {
     mat = p.known_mat;
     rows_here = 1;
   } else {
-    const int grp = group_of_slice(p, slice);
+    const int grp = group_of_slice(p);
     if (grp < 0) return false;
     mat = p.mats[grp];
     const int32_t first = __ldcg(p.group_offset + grp);

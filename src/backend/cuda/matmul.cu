@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Params p) {
   int64_t rows_here = p.M, row_base = 0;
   const int32_t* rows = nullptr;
   if constexpr (kGrouped) {
-    const int grp = group_of_slice(p, blockIdx.z);
+    const int grp = group_of_slice(p);
     if (grp < 0) return;
     mat = p.mats[grp];
     row_base = p.group_offset[grp];
@@ -327,13 +327,6 @@ void launch_elt(const Params& p, int64_t max_rows, int groups) {
 }
 
 }  // namespace
-
-bool run_combine(Params p, Elt elt, int slices) {
-  if (p.M == 0 || p.N == 0) return false;
-  p.split_len = split_length(p.N, p.K, true, elt);
-  p.splits = static_cast<int>((p.K + p.split_len - 1) / p.split_len);
-  return p.splits == 1 && mma_supports(p, elt) && run_gemv_combine(p, elt, slices);
-}
 
 // Adds the split reduction when the launch runs splits in parallel.
 void run(Params p, Elt elt, bool grouped, int64_t max_rows, int groups) {

@@ -231,31 +231,7 @@ void launch_rows(const Params& p, int groups, int x_rows) {
   launch_fused<E, kGrouped, Fused::none>(p, groups, x_rows);
 }
 
-std::atomic<int64_t> g_combine_launches{0};  // cuda_down_combine_launches()
-
 }  // namespace
-
-bool run_gemv_combine(Params& p, Elt elt, int slices) {
-  if (elt != Elt::fp8 || slices > kCombineWarps || p.splits != 1) return false;
-  constexpr int kRing = kRingPerWarp<Elt::fp8, true>;
-  const auto kernel = gemv_kernel<Elt::fp8, true, false, 1, kRing, Fused::combine, true>;
-  // Every warp a slice, and at least the norm's (which every warp joins).
-  const int warps = std::max(slices, kWideThreads / 32);
-  const size_t smem = static_cast<size_t>(warps) * kRing + sizeof(CombineSmem);
-  static const int limit = [&] {
-    const int want = std::min(static_cast<int>(kCombineWarps * kRing + sizeof(CombineSmem)),
-                              smem_per_block());
-    HIBANA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, want));
-    return want;
-  }();
-  if (smem > static_cast<size_t>(limit)) return false;
-  p.release_early = knob_on("HIBANA_CUDA_EARLY_RELEASE", true);
-  const dim3 grid(static_cast<unsigned>((p.N + 15) / 16));
-  launch_pdl(kernel, grid, dim3(warps * 32), smem, p, 1);
-  launched("gemv_kernel");
-  g_combine_launches.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
 
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
   // On by default (80B decode +1.7% at batch 1, +0.5% at 8; the 8B's unchanged:
@@ -291,8 +267,5 @@ void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups) {
 namespace hibana {
 int64_t cuda_one_cta_split_products() {
   return cuda::mm::g_one_cta_products.load(std::memory_order_relaxed);
-}
-int64_t cuda_down_combine_launches() {
-  return cuda::mm::g_combine_launches.load(std::memory_order_relaxed);
 }
 }  // namespace hibana

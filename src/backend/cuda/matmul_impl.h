@@ -15,22 +15,6 @@ struct MatPtr {
   const void* scale;  // null when unscaled
 };
 
-// What a one-token down projection with Fused::combine applies after its product: out[c] =
-// the sum over the token's pairs j, ascending, of weights[j] * y_j[c] (pairs with id -1
-// skipped), x[c] += out[c], and normed = rmsnorm(x) with norm_w (add_rmsnorm's wide kernel,
-// by the CTA that finishes last: counter, zero).
-struct CombineArgs {
-  const int32_t* ids;
-  const float* weights;
-  int k;
-  float* x;
-  const float* norm_w;
-  float eps;
-  bool zero_centred;
-  float* normed;
-  int* counter;
-};
-
 struct Params {
   int64_t N, K;
   int64_t ldw;     // weight row stride, elements
@@ -126,9 +110,6 @@ struct Params {
   const uint8_t* prefill_mask;
   int prefill_terms;
   int64_t token_div;
-  // Fused::combine (the down projection of one token's pairs, gemv_kernel.cuh): the combine,
-  // the residual add and the norm that moe.cu's combine_add_norm_split_kernel would apply.
-  CombineArgs combine;
 };
 
 // The largest conv kernel the decode matmul applies (its windows sit in registers).
@@ -142,12 +123,13 @@ __device__ __forceinline__ bool not_my_group(const Params& p, int64_t rows) {
 // Rows of x per CTA of the tiled kernel (matmul_tiled.cu).
 constexpr int kTiledTokens = 64;
 
-// The group slice z of a grouped launch serves, or -1. Both loads issue at once (active has an
+// The group a grouped launch's slice serves, or -1. Both loads issue at once (active has an
 // entry for every slice; past *n_active it is not used): one round trip, not two, before the
 // group's offsets and matrix can be read. The routing is read from L2, never L1 (each layer's
 // routing likely sits at the previous layer's addresses, and a routing_ready launch reads it
 // before its pdl_wait).
-__device__ __forceinline__ int group_of_slice(const Params& p, int z) {
+__device__ __forceinline__ int group_of_slice(const Params& p) {
+  const int z = blockIdx.z;
   const int n = __ldcg(p.n_active), g = __ldcg(p.active + z);
   return z < n ? g : -1;
 }
@@ -307,13 +289,6 @@ void run_mma(const Params& p, Elt elt, bool grouped, int64_t max_rows, int group
 // Decode path (matmul_gemv.cu): the same products for up to 8 rows per group (max_rows),
 // streaming the weights through warp-private rings with no barrier in the loop.
 void run_gemv(Params& p, Elt elt, bool grouped, int64_t max_rows, int groups);
-
-// One token's grouped down projection with the combine, the residual add and the norm in its
-// kernel (Fused::combine, Params::combine; p.M its pairs, slices at most kCombineWarps): where
-// its product runs in one split of fp8 weights the tensor cores take. Returns whether it
-// launched (nothing launched otherwise). run_gemv_combine (matmul_gemv.cu) is its launch.
-bool run_combine(Params p, Elt elt, int slices);
-bool run_gemv_combine(Params& p, Elt elt, int slices);
 
 // Tiled tensor-core path for large batches (matmul_tiled.cu), the same arithmetic as run_mma's:
 // weights it supports plus 16-byte aligned activation rows (and, grouped, the tile list), where

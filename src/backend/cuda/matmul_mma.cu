@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mma_kernel(Params p) {
   int64_t rows_here = p.M;
   const int32_t* rows = nullptr;
   if constexpr (kGrouped) {
-    const int grp = group_of_slice(p, blockIdx.z);
+    const int grp = group_of_slice(p);
     if (grp < 0) return;
     mat = p.mats[grp];
     rows = p.group_rows + p.group_offset[grp];

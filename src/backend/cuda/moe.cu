@@ -231,11 +231,9 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   // every group (false otherwise, nothing launched). reads_x: a gate/up launch (x is the
   // experts' input: Params::x_early and slice_known apply), else the down
   // projection (its routing is two or more launches old: Params::routing_ready, its weights
-  // streamed before its wait where f.prefetch_down). combine: one token's down projection with
-  // the combine, add and norm in its kernel, where mm::run_combine takes it (false otherwise).
+  // streamed before its wait where f.prefetch_down).
   auto grouped = [&](const Weight& w0, const ExpertTable& table, const Tensor& in, int x_div,
-                     float* dst, int64_t ldo, int64_t pair, bool reads_x,
-                     const mm::CombineArgs* combine = nullptr) {
+                     float* dst, int64_t ldo, int64_t pair, bool reads_x) {
     Params p{};
     mm::describe_weight(w0, p);
     p.vec_w = p.vec_w && table.aligned;
@@ -266,10 +264,6 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
       p.known_mat = {shared.w.data, shared.scale.empty() ? nullptr : shared.scale.data};
     }
     const Elt elt = elt_of(w0.w.dtype);
-    if (combine) {
-      p.combine = *combine;
-      return mm::run_combine(p, elt, slices);
-    }
     if (pair > 0 && !mm::swiglu_fits(p, elt, T)) return false;
     // An expert serves each token at most once, so no group has more than T rows.
     mm::run(p, elt, true, T, slices);
@@ -290,28 +284,15 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
   if (f.prefill.mask) {
     round_prefill_rows(gt.ptr<float>(), 2 * I, gt.ptr<float>(), 2 * I, pairs, I, k, f.prefill);
   }
-  if (then) {
-    check(add_rmsnorm_is_wide(then->x, then->weight, then->normed) && then->x.shape[0] == T &&
-              then->x.shape[1] == H && then->normed.shape[0] == T && then->normed.shape[1] == H,
-          ErrorKind::internal, "moe: the residual and its norm must be [T, H]");
-  }
-  // One token's down projection with the combine, the residual add and the norm in its kernel
-  // (f.down_combine), one launch fewer: where it takes them.
-  if (then && f.down_combine && T == 1) {
-    const mm::CombineArgs c{ids.ptr<int32_t>(),        weights.ptr<float>(), static_cast<int>(k),
-                            then->x.ptr<float>(),      then->weight.ptr<float>(),
-                            then->eps,                 then->zero_centred,
-                            then->normed.ptr<float>(), mm::finish_counters(1)};
-    if (grouped(experts.down[0], tab.down, gt, 1, out.ptr<float>(), ld(out), 0, false, &c)) {
-      return;
-    }
-  }
   // The down projection's routing was written two or more launches back (gate/up in between):
   // its decode kernel may stream its weights before it waits.
   grouped(experts.down[0], tab.down, gt, 1, y.as<float>(), H, 0, false);
   const Pairs pairs_out{y.as<float>(), weights.ptr<float>(), ids.ptr<int32_t>(),
                         static_cast<int>(k), H};
   if (then) {
+    check(add_rmsnorm_is_wide(then->x, then->weight, then->normed) && then->x.shape[0] == T &&
+              then->x.shape[1] == H && then->normed.shape[0] == T && then->normed.shape[1] == H,
+          ErrorKind::internal, "moe: the residual and its norm must be [T, H]");
     const ResidualArgs r{then->x.ptr<float>(),      ld(then->x),
                          then->weight.ptr<float>(), then->eps,
                          then->zero_centred,        then->normed.ptr<float>(),

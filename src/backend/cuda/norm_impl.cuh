@@ -50,21 +50,12 @@ __device__ __forceinline__ void wide_norm_weights(const float* w, int64_t G, flo
 // pass issues before any store — a store may alias a later load (x is updated in place, y may
 // be x), so interleaved, each load waits for the one before (a 4096-wide add + norm took 14.2
 // us on the H200 that way). kL2: x is read from L2 (__ldcg), where other CTAs of the kernel
-// wrote it (the combine's split form, moe.cu). part: kWideThreads / 32 floats of shared
-// memory for the warps' sums. kIdle: the CTA has threads past kWideThreads, which only join
-// the barrier (their wv is not read).
-template <bool kGated, bool kAdd, bool kL2, bool kIdle, int kC>
-__device__ __forceinline__ void wide_norm_group_in(const float* xr, const float* zr,
-                                                   const float* ar, const float* w,
-                                                   const float (&wv)[kC], float eps,
-                                                   bool zero_centred, int64_t G, float* yr,
-                                                   float* part) {
-  if constexpr (kIdle) {
-    if (threadIdx.x >= kWideThreads) {
-      __syncthreads();  // (the one below)
-      return;
-    }
-  }
+// wrote it (the combine's split form, moe.cu).
+template <bool kGated, bool kAdd, bool kL2 = false, int kC>
+__device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr, const float* ar,
+                                                const float* w, const float (&wv)[kC],
+                                                float eps, bool zero_centred, int64_t G,
+                                                float* yr) {
   float* xw = const_cast<float*>(xr);  // kAdd: x is updated in place
   auto x_at = [&](int64_t i) { return kL2 ? __ldcg(xr + i) : xr[i]; };
   auto load = [&](int64_t i) {  // x[i], after the residual add (each i by one thread only)
@@ -76,6 +67,7 @@ __device__ __forceinline__ void wide_norm_group_in(const float* xr, const float*
       return x_at(i);
     }
   };
+  __shared__ float part[kWideThreads / 32];
   float v[kC], zv[kC];
 #pragma unroll
   for (int j = 0; j < kC; ++j) {
@@ -129,16 +121,6 @@ __device__ __forceinline__ void wide_norm_group_in(const float* xr, const float*
     if constexpr (kGated) y *= silu_f(zr[i]);
     yr[i] = y;
   }
-}
-
-// wide_norm_group_in with its warps' sums in static shared memory, for a CTA of kWideThreads.
-template <bool kGated, bool kAdd, bool kL2 = false, int kC>
-__device__ __forceinline__ void wide_norm_group(const float* xr, const float* zr, const float* ar,
-                                                const float* w, const float (&wv)[kC],
-                                                float eps, bool zero_centred, int64_t G,
-                                                float* yr) {
-  __shared__ float part[kWideThreads / 32];
-  wide_norm_group_in<kGated, kAdd, kL2, false>(xr, zr, ar, w, wv, eps, zero_centred, G, yr, part);
 }
 
 }  // namespace hibana::cuda

@@ -93,7 +93,6 @@ constexpr int64_t kCombineNormTokens = 64;
 struct MoeFusions {
   bool route, swiglu, prefetch_down, x_early, shared_early;
   PrefillTerms prefill;
-  bool down_combine;  // one token's down projection ends in the combine, add and norm
 };
 // mask[t] = 1 for the tokens of `rows` (Backend::set_prefill_rows), 0 for the others of
 // `tokens`, on the stream.

@@ -11,8 +11,9 @@
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
-# every test on this tree, two-term expert rows against three). The calls already
-# run are in git history (c5a4f25 has the thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28,
+# every test on this tree, two-term expert rows against three). The calls already run are in
+# git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the thirty-eighth slice's 29 and
+# 30, 9c77857 its 27 and 28,
 # d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
 # the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the

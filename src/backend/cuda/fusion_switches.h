@@ -77,6 +77,9 @@ inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION
 // shared memory (COMBINE_CLUSTER: 0.999 at batch 1, 0.995 at 8) was on a branch that did not
 // outlive its session (docs/benchmarks.md, twenty-sixth slice, says what it did). The router's
 // product routing its token in its own launch, by its last CTA (ROUTE_IN_ROUTER: 0.996 at batch
-// 1 over three rounds, H100, thirtieth slice) is in 6217715 and fd0689d.
+// 1 over three rounds, H100, thirtieth slice) is in 6217715 and fd0689d. One token's down
+// projection ending in the combine, add and norm with no L2 pass of the pairs' outputs, a CTA
+// per 16 rows of every pair and a warp a pair (DOWN_COMBINE: 0.984 at batch 1, 1.003 at 8, H100,
+// thirty-ninth slice: its early CTAs slow the kernels after it) is in 7c95594.
 
 }  // namespace hibana::cuda

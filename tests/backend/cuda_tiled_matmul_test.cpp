@@ -1,7 +1,7 @@
 // The prefill matmul's tiled kernel (matmul_tiled.cu) with its activations split beforehand
 // (HIBANA_CUDA_TILED_PRESPLIT: three bf16 planes stored in fragment order, read with ldmatrix)
-// against the in-kernel split it replaces: the same bits, plain and grouped. Skipped without a
-// GPU.
+// against the in-kernel split it replaces, and with its empty token tiles' products skipped or
+// run: the same bits, plain and grouped. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,57 +97,67 @@ TEST_F(CudaTiledMatmul, LessSharedMemoryGivesTheSameBits) {
 }
 
 // Grouped experts: 300 tokens x 4 of 16 experts (about 75 rows an expert: the tiled kernel; the
-// x row of an output row is its token for gate/up and the pair itself for down), in bf16 and fp8.
-// Before each way's pass, a pass over other activations leaves other values in the op's
-// intermediate buffers (the stream-ordered pool hands them out again), so tiles a way does not
-// write show.
-TEST_F(CudaTiledMatmul, PresplitActivationsGiveTheBitsOfTheInKernelSplitForExperts) {
-  const int64_t E = 16, k = 4, H = 256, I = 128, T = 300;
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> weights(T * k);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < k; ++i) {
-      ids[t * k + i] = static_cast<int32_t>((t * 5 + i * 3 + t / 7) % E);  // distinct per token
-      weights[t * k + i] = 0.1f + 0.2f * static_cast<float>(i);
+// x row of an output row is its token for gate/up and the pair itself for down), and 80 tokens
+// x 4 of 32 (about 10 rows an expert, as in a server's 512-token pass: the groups of 9 and more
+// rows in one 64-token tile each, most of its n8 token tiles empty), bf16 and fp8: the pre-split
+// and in-kernel activations, and each with the empty token tiles' products skipped
+// (HIBANA_CUDA_TILED_SKIP=1) and run, give the same bits. Before each way's pass, a
+// pass over other activations leaves other values in the op's intermediate buffers (the
+// stream-ordered pool hands them out again), so tiles a way does not write show.
+TEST_F(CudaTiledMatmul, EveryWayOfTheTiledKernelGivesTheSameBitsForExperts) {
+  const int64_t k = 4, H = 256, I = 128;
+  for (const auto& [T, E] : {std::pair<int64_t, int64_t>{300, 16}, {80, 32}}) {
+    std::vector<int32_t> ids(T * k);
+    std::vector<float> weights(T * k);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < k; ++i) {
+        ids[t * k + i] = static_cast<int32_t>((t * 5 + i * 3 + t / 7) % E);  // distinct per token
+        weights[t * k + i] = 0.1f + 0.2f * static_cast<float>(i);
+      }
+    const std::vector<float> x = randn(T * H, 23), other = randn(T * H, 24);
+    for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+      SCOPED_TRACE(testing::Message() << T << " tokens, " << dtype_name(dtype));
+      std::vector<TestWeight> keep;
+      ExpertWeights host, dev;
+      for (int64_t e = 0; e < E; ++e) {
+        keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(300 + 3 * e)));
+        keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(301 + 3 * e)));
+        keep.push_back(make_weight(*this, dtype, H, I, static_cast<uint32_t>(302 + 3 * e)));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        host.gate.push_back(keep[3 * e].host);
+        host.up.push_back(keep[3 * e + 1].host);
+        host.down.push_back(keep[3 * e + 2].host);
+        dev.gate.push_back(keep[3 * e].dev);
+        dev.up.push_back(keep[3 * e + 1].dev);
+        dev.down.push_back(keep[3 * e + 2].dev);
+      }
+      std::vector<float> ref(T * H);
+      cpu->moe_experts(Tensor(const_cast<float*>(x.data()), DType::f32, {T, H}),
+                       Tensor(ids.data(), DType::i32, {T, k}),
+                       Tensor(weights.data(), DType::f32, {T, k}), host,
+                       Tensor(ref.data(), DType::f32, {T, H}));
+      const Tensor xd = upload(x.data(), DType::f32, {T, H});
+      const Tensor other_d = upload(other.data(), DType::f32, {T, H});
+      const Tensor idd = upload(ids.data(), DType::i32, {T, k});
+      const Tensor wd = upload(weights.data(), DType::f32, {T, k});
+      std::vector<float> first;
+      for (const char* way : {"1 1", "0 1", "1 0", "0 0"}) {  // pre-split, skip
+        ScopedEnv pre("HIBANA_CUDA_TILED_PRESPLIT", way[0] == '1' ? "1" : "0");
+        ScopedEnv skip("HIBANA_CUDA_TILED_SKIP", way[2] == '1' ? "1" : "0");
+        Tensor out = device_f32(T, H, std::nanf("")), junk = device_f32(T, H);
+        gpu->moe_experts(other_d, idd, wd, dev, junk);
+        gpu->moe_experts(xd, idd, wd, dev, out);
+        const std::vector<float> got = download(out);
+        EXPECT_LT(max_abs_diff(got, ref), 1e-4f) << "pre-split, skip: " << way;
+        if (first.empty()) {
+          first = got;
+        } else {
+          EXPECT_EQ(std::memcmp(got.data(), first.data(), T * H * sizeof(float)), 0)
+              << "pre-split, skip: " << way << " changes the bits";
+        }
+      }
     }
-  const std::vector<float> x = randn(T * H, 23), other = randn(T * H, 24);
-  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    std::vector<TestWeight> keep;
-    ExpertWeights host, dev;
-    for (int64_t e = 0; e < E; ++e) {
-      keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(300 + 3 * e)));
-      keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(301 + 3 * e)));
-      keep.push_back(make_weight(*this, dtype, H, I, static_cast<uint32_t>(302 + 3 * e)));
-    }
-    for (int64_t e = 0; e < E; ++e) {
-      host.gate.push_back(keep[3 * e].host);
-      host.up.push_back(keep[3 * e + 1].host);
-      host.down.push_back(keep[3 * e + 2].host);
-      dev.gate.push_back(keep[3 * e].dev);
-      dev.up.push_back(keep[3 * e + 1].dev);
-      dev.down.push_back(keep[3 * e + 2].dev);
-    }
-    std::vector<float> ref(T * H);
-    cpu->moe_experts(Tensor(const_cast<float*>(x.data()), DType::f32, {T, H}),
-                     Tensor(ids.data(), DType::i32, {T, k}),
-                     Tensor(weights.data(), DType::f32, {T, k}), host,
-                     Tensor(ref.data(), DType::f32, {T, H}));
-    const Tensor xd = upload(x.data(), DType::f32, {T, H});
-    const Tensor other_d = upload(other.data(), DType::f32, {T, H});
-    const Tensor idd = upload(ids.data(), DType::i32, {T, k});
-    const Tensor wd = upload(weights.data(), DType::f32, {T, k});
-    std::vector<float> got[2];
-    for (bool pre : {false, true}) {
-      ScopedEnv knob("HIBANA_CUDA_TILED_PRESPLIT", pre ? "1" : "0");
-      Tensor out = device_f32(T, H, std::nanf("")), junk = device_f32(T, H);
-      gpu->moe_experts(other_d, idd, wd, dev, junk);
-      gpu->moe_experts(xd, idd, wd, dev, out);
-      got[pre] = download(out);
-      EXPECT_LT(max_abs_diff(got[pre], ref), 1e-4f) << (pre ? "pre-split" : "in-kernel split");
-    }
-    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), T * H * sizeof(float)), 0)
-        << "the pre-split activations change the bits";
   }
 }
 

@@ -11,7 +11,8 @@
 # with two activation terms against three), `21` (on an H200: every test, the official decode
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
-# every test on this tree, two-term expert rows against three). The calls already run are in
+# every test on this tree, two-term expert rows against three), `33` (every test, the tiled
+# kernel's empty token tiles skipped against run). The calls already run are in
 # git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the thirty-eighth slice's 29 and
 # 30, 9c77857 its 27 and 28,
 # d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
@@ -260,6 +261,25 @@ call31() {
     done
   done
 }
+# Any GPU: every CUDA test on this tree (the tiled kernel skipping its empty token tiles,
+# HIBANA_CUDA_TILED_SKIP, has not run on a GPU), then the 80B's 8k prefill in 512- and
+# 4096-token passes and the 8B's in 4096 with the skip off (=0) and on (the default), two rounds.
+call33() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  local round chunk skip c lines='prefill [0-9]+ tokens|moe_(route_)?experts|matmul|error'
+  for round in 1 2; do
+    for c in "qwen3-next-80b-a3b fp8 512" "qwen3-next-80b-a3b fp8 4096" "qwen3-8b bf16 4096"; do
+      set -- $c
+      for skip in 0 1; do
+        echo "$1 passes of $3, skip $skip: $(HIBANA_CUDA_TIMING=1 HIBANA_CUDA_TILED_SKIP=$skip \
+          timeout 60 $B/hibana bench prefill --device cuda --load-format dummy \
+          --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $3 2>&1 |
+          grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -318,5 +338,6 @@ case "${1:-}" in
   22) call22 ;;
   23) call23 ;;
   31) call31 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31" >&2; exit 2 ;;
+  33) call33 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33" >&2; exit 2 ;;
 esac

@@ -21,6 +21,10 @@
 // instead of two. The same terms in the same fragment places, every accumulator's mmas in the same
 // order: the same bits. Short rows (Params::prefill_mask) come rounded to the terms they carry
 // (moe.cu): their other planes hold zeros, as the in-kernel split finds them.
+//
+// A warp may skip the products of its n8 token tiles past the tile's rows (Params::tiled_skip):
+// at ~10 rows an expert (a 512-token pass) half its warps have no row at all and the others
+// two token tiles of four. Those outputs are never stored, so the bits stay.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -209,7 +213,11 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   };
 
   // Warp (wr, wc): rows wr*32 + [0, 32) as two m16 tiles, tokens wc*32 + [0, 32) as four n8.
+  // Its n8 tiles from `live` on hold none of the tile's rows (Params::tiled_skip: their
+  // products are skipped; those outputs are never stored, the others' products are the same).
   const int wr = (warp % 4) * 32, wc = (warp / 4) * 32;
+  const int rows_in_tile = static_cast<int>(min(int64_t{kTileTokens}, rows_here - m0));
+  const int live = p.tiled_skip ? max(0, min(4, (rows_in_tile - wc + 7) / 8)) : 4;
   float total[2][4][4], ch[2][4][4], cm[2][4][4], cl[2][4][4], acc[2][4][4];
   auto clear = [](float(&c)[2][4][4]) {
 #pragma unroll
@@ -247,6 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   // other terms' products skipped). k_end: the end of the split holding k0.
   auto compute = [&](auto terms, int slot, int64_t k0, int64_t k_end) {
     constexpr int kTerms = decltype(terms)::value;
+    if (live == 0) return;  // (the warp's outputs are none of the tile's rows)
     const unsigned char* ws = smem + slot * T::kStageBytes;
 #pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
@@ -271,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
           const int s = (c * T::kMmas + j) * 2 + (lane / 8) % 2;
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
+            if (nt >= live) break;  // (the same for the whole warp)
             const unsigned at = xs + T::unit_offset(wc + nt * 8 + lane % 8, s);
             uint32_t h[2], m[2], l[2];
             ldmatrix_x2(at, h);
@@ -295,6 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
           const int word = (c * T::KC + t * T::VE + 4 * j) / 2;
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
+            if (nt >= live) break;  // (the same for the whole warp)
             const int tok = wc + nt * 8 + g;
             const int w = tok * kTermWords + T::x_word(tok, word);
             constexpr int kTerm = kTileTokens * kTermWords;
@@ -442,6 +453,9 @@ template <Elt E, bool kGrouped, bool kPre>
 void launch(Params p, int64_t max_rows, int groups) {
   using T = Tile<E, kPre>;
   p.tiled_depth = depth_for<E, kPre>();
+  // HIBANA_CUDA_TILED_SKIP=1 skips the empty n8 tiles' products (read at every launch). Off
+  // until measured (tools/gpu/pending.sh 33: compiled here, not yet run on a GPU).
+  p.tiled_skip = knob_on("HIBANA_CUDA_TILED_SKIP", false);
   check(p.tiled_depth > 0, ErrorKind::internal, "tiled matmul: not enough shared memory");
   const int smem = T::smem(p.tiled_depth);
   // The kernel may take what this launch needs (never more than the GPU's limit: depth_for).

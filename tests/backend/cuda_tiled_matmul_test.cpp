@@ -101,7 +101,7 @@ TEST_F(CudaTiledMatmul, LessSharedMemoryGivesTheSameBits) {
 // x 4 of 32 (about 10 rows an expert, as in a server's 512-token pass: the groups of 9 and more
 // rows in one 64-token tile each, most of its n8 token tiles empty), bf16 and fp8: the pre-split
 // and in-kernel activations, and each with the empty token tiles' products skipped
-// (HIBANA_CUDA_TILED_SKIP=1) and run, give the same bits. Before each way's pass, a
+// (HIBANA_CUDA_TILED_SKIP, the default) and run, give the same bits. Before each way's pass, a
 // pass over other activations leaves other values in the op's intermediate buffers (the
 // stream-ordered pool hands them out again), so tiles a way does not write show.
 TEST_F(CudaTiledMatmul, EveryWayOfTheTiledKernelGivesTheSameBitsForExperts) {

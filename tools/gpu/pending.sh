@@ -12,10 +12,10 @@
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
 # every test on this tree, two-term expert rows against three), `33` (every test, the tiled
-# kernel's empty token tiles skipped against run). The calls already run are in
-# git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the thirty-eighth slice's 29 and
-# 30, 9c77857 its 27 and 28,
-# d723e6a the thirty-seventh slice's 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
+# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice). The calls
+# already run are in git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the
+# thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28, d723e6a the thirty-seventh slice's
+# 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
 # the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
 # twenty-fourth slice; 9 on 0e5461a, 11 on f7d7872, the thirtieth slice's 12 on fd0689d, the
 # thirty-first slice's racecheck call 4 on 611d1dd; the thirty-third slice's 4 (memcheck), 7, 11, 12
@@ -261,9 +261,9 @@ call31() {
     done
   done
 }
-# Any GPU: every CUDA test on this tree (the tiled kernel skipping its empty token tiles,
-# HIBANA_CUDA_TILED_SKIP, has not run on a GPU), then the 80B's 8k prefill in 512- and
-# 4096-token passes and the 8B's in 4096 with the skip off (=0) and on (the default), two rounds.
+# Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 512- and 4096-token
+# passes and the 8B's in 4096 with the tiled kernel's empty token tiles run (=0) and skipped
+# (HIBANA_CUDA_TILED_SKIP=1), two rounds (ran on dc2e01f: thirty-ninth slice).
 call33() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4

@@ -22,7 +22,7 @@
 // order: the same bits. Short rows (Params::prefill_mask) come rounded to the terms they carry
 // (moe.cu): their other planes hold zeros, as the in-kernel split finds them.
 //
-// A warp may skip the products of its n8 token tiles past the tile's rows (Params::tiled_skip):
+// A warp skips the products of its n8 token tiles past the tile's rows (Params::tiled_skip):
 // at ~10 rows an expert (a 512-token pass) half its warps have no row at all and the others
 // two token tiles of four. Those outputs are never stored, so the bits stay.
 #include <algorithm>
@@ -453,9 +453,10 @@ template <Elt E, bool kGrouped, bool kPre>
 void launch(Params p, int64_t max_rows, int groups) {
   using T = Tile<E, kPre>;
   p.tiled_depth = depth_for<E, kPre>();
-  // HIBANA_CUDA_TILED_SKIP=1 skips the empty n8 tiles' products (read at every launch). Off
-  // until measured (tools/gpu/pending.sh 33: compiled here, not yet run on a GPU).
-  p.tiled_skip = knob_on("HIBANA_CUDA_TILED_SKIP", false);
+  // HIBANA_CUDA_TILED_SKIP: the empty n8 tiles' products skipped, the default (the 80B's 8k
+  // prefill 1.12 times as fast in 512-token passes, 1.04 in 4096: H100, docs/benchmarks.md,
+  // thirty-ninth slice); =0 runs them. Read at every launch.
+  p.tiled_skip = knob_on("HIBANA_CUDA_TILED_SKIP", true);
   check(p.tiled_depth > 0, ErrorKind::internal, "tiled matmul: not enough shared memory");
   const int smem = T::smem(p.tiled_depth);
   // The kernel may take what this launch needs (never more than the GPU's limit: depth_for).

@@ -12,7 +12,8 @@
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
 # every test on this tree, two-term expert rows against three), `33` (every test, the tiled
-# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice). The calls
+# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice), `34` (every
+# test, the tiled kernel's narrow tiles against four idle warps). The calls
 # already run are in git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the
 # thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28, d723e6a the thirty-seventh slice's
 # 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
@@ -280,6 +281,24 @@ call33() {
     done
   done
 }
+# Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 512- and 4096-token
+# passes with the tiled kernel's narrow tiles off (HIBANA_CUDA_TILED_NARROW=0: the empty token
+# tiles skipped, four warps idle in a tile of up to 32 rows) and on (the default), two rounds.
+call34() {
+  use_prebuilt orig || return 1
+  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
+  local round chunk narrow lines='prefill [0-9]+ tokens|moe_(route_)?experts|error'
+  for round in 1 2; do
+    for chunk in 512 4096; do
+      for narrow in 0 1; do
+        echo "passes of $chunk, narrow $narrow: $(HIBANA_CUDA_TIMING=1 \
+          HIBANA_CUDA_TILED_NARROW=$narrow timeout 60 $B/hibana bench prefill --device cuda \
+          --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
+          --prompt-tokens 8192 --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
+      done
+    done
+  done
+}
 # Nsight Compute of the MoE experts' grouped tiled launches in an 8k-token prefill (56% of the
 # 80B's prefill in 4096-token passes, thirty-seventh slice; grouped and pre-split, the
 # default: ncu demangles the template's bools as (bool)1): the 80B's shapes cut to 4 layers (the same launches, a fraction of the memory ncu's
@@ -339,5 +358,6 @@ case "${1:-}" in
   23) call23 ;;
   31) call31 ;;
   33) call33 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33" >&2; exit 2 ;;
+  34) call34 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|34" >&2; exit 2 ;;
 esac

@@ -24,6 +24,8 @@
 namespace hibana {
 namespace {
 
+using test::ExpertSet;
+using test::make_experts;
 using test::make_weight;
 using test::randn;
 using test::ScopedEnv;
@@ -63,35 +65,6 @@ class CudaOps : public test::CudaFixture {
     return {idd, wd, std::move(ref), std::move(ids), std::move(weights)};
   }
 };
-
-// E experts ([I, H] gate and up, [H, I] down, seeds from `seed`; bf16 unless asked) on both
-// devices; keep holds their bytes.
-struct ExpertSet {
-  ExpertWeights host, dev;
-  std::vector<TestWeight> keep;
-};
-
-ExpertSet make_experts(CudaOps& t, int64_t E, int64_t H, int64_t I, uint32_t seed,
-                       DType dtype = DType::bf16) {
-  ExpertSet set;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int m = 0; m < 3; ++m) {
-      const bool down = m == 2;
-      set.keep.push_back(make_weight(t, dtype, down ? H : I, down ? I : H,
-                                     static_cast<uint32_t>(seed + 3 * e + m)));
-    }
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const TestWeight &g = set.keep[3 * e], &u = set.keep[3 * e + 1], &d = set.keep[3 * e + 2];
-    set.host.gate.push_back(g.host);
-    set.host.up.push_back(u.host);
-    set.host.down.push_back(d.host);
-    set.dev.gate.push_back(g.dev);
-    set.dev.up.push_back(u.dev);
-    set.dev.down.push_back(d.dev);
-  }
-  return set;
-}
 
 TEST_F(CudaOps, MatmulMatchesCpuAndEveryBatchSizeGivesTheSameBits) {
   // K gives several splits (600 x 3072: 6; 200 x 8192: 16 and 200 x 5120: 10, more than the

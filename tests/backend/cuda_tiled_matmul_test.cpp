@@ -118,21 +118,8 @@ TEST_F(CudaTiledMatmul, EveryWayOfTheTiledKernelGivesTheSameBitsForExperts) {
     const std::vector<float> x = randn(T * H, 23), other = randn(T * H, 24);
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
       SCOPED_TRACE(testing::Message() << T << " tokens, " << dtype_name(dtype));
-      std::vector<TestWeight> keep;
-      ExpertWeights host, dev;
-      for (int64_t e = 0; e < E; ++e) {
-        keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(300 + 3 * e)));
-        keep.push_back(make_weight(*this, dtype, I, H, static_cast<uint32_t>(301 + 3 * e)));
-        keep.push_back(make_weight(*this, dtype, H, I, static_cast<uint32_t>(302 + 3 * e)));
-      }
-      for (int64_t e = 0; e < E; ++e) {
-        host.gate.push_back(keep[3 * e].host);
-        host.up.push_back(keep[3 * e + 1].host);
-        host.down.push_back(keep[3 * e + 2].host);
-        dev.gate.push_back(keep[3 * e].dev);
-        dev.up.push_back(keep[3 * e + 1].dev);
-        dev.down.push_back(keep[3 * e + 2].dev);
-      }
+      const test::ExpertSet set = test::make_experts(*this, E, H, I, 300, dtype);
+      const ExpertWeights &host = set.host, &dev = set.dev;
       std::vector<float> ref(T * H);
       cpu->moe_experts(Tensor(const_cast<float*>(x.data()), DType::f32, {T, H}),
                        Tensor(ids.data(), DType::i32, {T, k}),

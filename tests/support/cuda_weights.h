@@ -53,4 +53,33 @@ inline TestWeight make_weight(CudaFixture& t, DType dtype, int64_t N, int64_t K,
   return w;
 }
 
+// E experts ([I, H] gate and up, [H, I] down, seeds from `seed`; bf16 unless asked) on both
+// devices; keep holds their bytes.
+struct ExpertSet {
+  ExpertWeights host, dev;
+  std::vector<TestWeight> keep;
+};
+
+inline ExpertSet make_experts(CudaFixture& t, int64_t E, int64_t H, int64_t I, uint32_t seed,
+                              DType dtype = DType::bf16) {
+  ExpertSet set;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int m = 0; m < 3; ++m) {
+      const bool down = m == 2;
+      set.keep.push_back(make_weight(t, dtype, down ? H : I, down ? I : H,
+                                     static_cast<uint32_t>(seed + 3 * e + m)));
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const TestWeight &g = set.keep[3 * e], &u = set.keep[3 * e + 1], &d = set.keep[3 * e + 2];
+    set.host.gate.push_back(g.host);
+    set.host.up.push_back(u.host);
+    set.host.down.push_back(d.host);
+    set.dev.gate.push_back(g.dev);
+    set.dev.up.push_back(u.dev);
+    set.dev.down.push_back(d.dev);
+  }
+  return set;
+}
+
 }  // namespace hibana::test

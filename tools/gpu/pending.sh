@@ -250,17 +250,7 @@ call23() {
 call31() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round chunk terms lines='prefill [0-9]+ tokens|moe_(route_)?experts|ran short|error'
-  for round in 1 2; do
-    for chunk in 4096 512; do
-      for terms in 3 2; do
-        echo "terms $terms, passes of $chunk: $(HIBANA_CUDA_TIMING=1 \
-          HIBANA_CUDA_GROUPED_PREFILL=$terms timeout 60 $B/hibana bench prefill --device cuda \
-          --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
-          --prompt-tokens 8192 --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
-      done
-    done
-  done
+  prefill_ab HIBANA_CUDA_GROUPED_PREFILL "3 2" qwen3-next-80b-a3b fp8 4096 512
 }
 # Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 512- and 4096-token
 # passes and the 8B's in 4096 with the tiled kernel's empty token tiles run (=0) and skipped
@@ -268,18 +258,8 @@ call31() {
 call33() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round chunk skip c lines='prefill [0-9]+ tokens|moe_(route_)?experts|matmul|error'
-  for round in 1 2; do
-    for c in "qwen3-next-80b-a3b fp8 512" "qwen3-next-80b-a3b fp8 4096" "qwen3-8b bf16 4096"; do
-      set -- $c
-      for skip in 0 1; do
-        echo "$1 passes of $3, skip $skip: $(HIBANA_CUDA_TIMING=1 HIBANA_CUDA_TILED_SKIP=$skip \
-          timeout 60 $B/hibana bench prefill --device cuda --load-format dummy \
-          --config bench/configs/$1.json --dtype $2 --prompt-tokens 8192 --chunk $3 2>&1 |
-          grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
-      done
-    done
-  done
+  prefill_ab HIBANA_CUDA_TILED_SKIP "0 1" qwen3-next-80b-a3b fp8 512 4096
+  prefill_ab HIBANA_CUDA_TILED_SKIP "0 1" qwen3-8b bf16 4096
 }
 # Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 512- and 4096-token
 # passes with the tiled kernel's narrow tiles off (HIBANA_CUDA_TILED_NARROW=0: the empty token
@@ -287,14 +267,22 @@ call33() {
 call34() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  local round chunk narrow lines='prefill [0-9]+ tokens|moe_(route_)?experts|error'
+  prefill_ab HIBANA_CUDA_TILED_NARROW "0 1" qwen3-next-80b-a3b fp8 512 4096
+}
+# prefill_ab KNOB "V1 V2 ..." CONFIG DTYPE CHUNK...: CONFIG's 8k-token prefill (dummy weights) in
+# passes of each CHUNK tokens with KNOB at each value in turn, two rounds: tok/s and the op
+# times of the experts and the products.
+prefill_ab() {
+  local knob=$1 values=$2 cfg=$3 dt=$4 round chunk v
+  local lines='prefill [0-9]+ tokens|moe_(route_)?experts|matmul|ran short|error'
+  shift 4
   for round in 1 2; do
-    for chunk in 512 4096; do
-      for narrow in 0 1; do
-        echo "passes of $chunk, narrow $narrow: $(HIBANA_CUDA_TIMING=1 \
-          HIBANA_CUDA_TILED_NARROW=$narrow timeout 60 $B/hibana bench prefill --device cuda \
-          --load-format dummy --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 \
-          --prompt-tokens 8192 --chunk $chunk 2>&1 | grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
+    for chunk in "$@"; do
+      for v in $values; do
+        echo "$cfg, passes of $chunk, $knob=$v: $(env HIBANA_CUDA_TIMING=1 "$knob=$v" \
+          timeout 60 $B/hibana bench prefill --device cuda --load-format dummy \
+          --config bench/configs/$cfg.json --dtype $dt --prompt-tokens 8192 --chunk $chunk 2>&1 |
+          grep -E "$lines" | cut -c1-64 | tr '\n' ' ')"
       done
     done
   done

@@ -139,9 +139,9 @@ TEST_F(CudaPrefillRows, OnlyThePassesRowsAndOnlyWithTheSwitchOn) {
 // with fewer and no prefill rows); with the switch unset, two; and a prefill token's output the
 // same in a pass of prefill tokens alone, whose experts' tiles hold no other rows (the tiles that
 // skip the other terms' products), or whose experts' few rows the decode and small-batch kernels
-// take, as in the full pass, whose tiles mix both; all of it the same
-// bits with the activations split in the kernel and split beforehand into planes (whose short rows
-// hold zeros for the terms they do not carry). bf16 and fp8 experts, 300 tokens x 2 of 8 experts.
+// take, as in the full pass, whose tiles mix both; all of it the same bits with the activations
+// split in the kernel and split beforehand into planes (whose short rows hold zeros for the terms
+// they do not carry). bf16 and fp8 experts, 300 tokens x 2 of 8 experts.
 TEST_F(CudaPrefillRows, MoeExpertsOfPrefillTokensCarryFewerTerms) {
   const int64_t E = 8, k = 2, H = 256, I = 128, T = 300;
   const std::vector<float> x = randn(T * H, 31);

@@ -22,6 +22,8 @@
 namespace hibana {
 namespace {
 
+using test::ExpertSet;
+using test::make_experts;
 using test::make_weight;
 using test::randn;
 using test::ScopedEnv;
@@ -118,7 +120,7 @@ TEST_F(CudaTiledMatmul, EveryWayOfTheTiledKernelGivesTheSameBitsForExperts) {
     const std::vector<float> x = randn(T * H, 23), other = randn(T * H, 24);
     for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
       SCOPED_TRACE(testing::Message() << T << " tokens, " << dtype_name(dtype));
-      const test::ExpertSet set = test::make_experts(*this, E, H, I, 300, dtype);
+      const ExpertSet set = make_experts(*this, E, H, I, 300, dtype);
       const ExpertWeights &host = set.host, &dev = set.dev;
       std::vector<float> ref(T * H);
       cpu->moe_experts(Tensor(const_cast<float*>(x.data()), DType::f32, {T, H}),

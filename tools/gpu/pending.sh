@@ -329,6 +329,18 @@ prefill17() {
   done
 }
 
+# The small kernels releasing the next one before their wait (HIBANA_CUDA_RELEASE_FIRST) and the
+# decode attention copying the older keys before its wait (HIBANA_CUDA_ATTENTION_EARLY): their
+# tests, then both shapes at batch 1 and 8 with each, both and neither, two rounds.
+call35() {
+  use_prebuilt orig || return 1
+  timeout 120 $B/tests/backend_tests --gtest_filter='CudaAttention.*:CudaFused*' 2>&1 | tail -3
+  timeout 200 $B/tests/model_tests --gtest_filter='*BatchInvariance*cuda*:*Golden*cuda*' 2>&1 |
+    tail -3
+  local r=HIBANA_CUDA_RELEASE_FIRST=1 a=HIBANA_CUDA_ATTENTION_EARLY=1
+  VARIANTS="base;$r;$a;$r $a" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" ROUNDS=2 \
+    BATCHES=1,8 timeout 420 tools/gpu/check.sh sweep 2>&1 | tail -24
+}
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
@@ -347,5 +359,6 @@ case "${1:-}" in
   31) call31 ;;
   33) call33 ;;
   34) call34 ;;
+  35) call35 ;;
   *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|34" >&2; exit 2 ;;
 esac

@@ -98,12 +98,11 @@ struct Params {
   // past K), written by run_tiled before the product.
   const uint16_t* xsplit;
   int64_t ld_split, split_plane;
-  // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory), whether
-  // a warp skips the products of its n8 token tiles past the tile's rows (an expert's ~10 rows
-  // in a 64-token tile), and whether a tile of up to 32 rows then gives each warp 16 weight
-  // rows of tokens 0-31 (none idle).
+  // Tiled kernel: its pipeline depth (set by its launch from the GPU's shared memory), and
+  // whether a warp skips the products of its n8 token tiles past the tile's rows (an expert's
+  // ~10 rows in a 64-token tile).
   int tiled_depth;
-  bool tiled_skip, tiled_narrow;
+  bool tiled_skip;
   // Grouped launches (the MoE experts in a pass with prefill rows, unless
   // HIBANA_CUDA_GROUPED_PREFILL=3; null otherwise): prefill_mask[token] != 0 where the token's rows
   // (short rows) carry only the activations' first prefill_terms bf16 terms, 1 or 2 (out row r is

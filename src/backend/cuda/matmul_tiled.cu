@@ -23,11 +23,8 @@
 // (moe.cu): their other planes hold zeros, as the in-kernel split finds them.
 //
 // A warp skips the products of its n8 token tiles past the tile's rows (Params::tiled_skip):
-// at ~10 rows an expert (a 512-token pass) half its warps would have no row at all and the
-// others two token tiles of four; a tile of up to 32 rows can give each of the eight warps one
-// m16 tile of the 128 weight rows and tokens 0-31 instead (Params::tiled_narrow). Skipped
-// outputs are never stored, and every output element comes from the same products in the same
-// order whichever warp makes it, so the bits stay.
+// at ~10 rows an expert (a 512-token pass) half its warps have no row at all and the others
+// two token tiles of four. Those outputs are never stored, so the bits stay.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -215,16 +212,11 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
     }
   };
 
-  // Warp (wr, wc): weight rows wr + [0, 32) as two m16 tiles (mts), tokens wc + [0, 32) as four
-  // n8. Its n8 tiles from `live` on hold none of the tile's rows (Params::tiled_skip: their
+  // Warp (wr, wc): rows wr*32 + [0, 32) as two m16 tiles, tokens wc*32 + [0, 32) as four n8.
+  // Its n8 tiles from `live` on hold none of the tile's rows (Params::tiled_skip: their
   // products are skipped; those outputs are never stored, the others' products are the same).
-  // A tile of 32 rows or fewer (narrow, with the skip) gives every warp one m16 tile of its
-  // 128 weight rows and tokens 0-31 instead, so no warp idles: each output element still comes
-  // from the same products in the same order, whichever warp makes it.
+  const int wr = (warp % 4) * 32, wc = (warp / 4) * 32;
   const int rows_in_tile = static_cast<int>(min(int64_t{kTileTokens}, rows_here - m0));
-  const bool narrow = p.tiled_narrow && p.tiled_skip && rows_in_tile <= 32;
-  const int wr = narrow ? warp * 16 : (warp % 4) * 32, wc = narrow ? 0 : (warp / 4) * 32;
-  const int mts = narrow ? 1 : 2;
   const int live = p.tiled_skip ? max(0, min(4, (rows_in_tile - wc + 7) / 8)) : 4;
   float total[2][4][4], ch[2][4][4], cm[2][4][4], cl[2][4][4], acc[2][4][4];
   auto clear = [](float(&c)[2][4][4]) {
@@ -272,7 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
       uint4 ra[2], rb[2];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        if (mt >= mts) break;  // (the same for the whole CTA)
         const int row = wr + mt * 16 + g;
         ra[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row, c * 4 + t));
         rb[mt] = *reinterpret_cast<const uint4*>(ws + T::w_offset(row + 8, c * 4 + t));
@@ -283,9 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         for (int j = 0; j < T::kMmas; ++j) {
           uint32_t a[2][4];
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            if (mt < mts) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
-          }
+          for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
           // Lanes 0-7 address unit (c, j, h = 0) of the n tile's 8 tokens, lanes 8-15 h = 1
           // (the others' addresses are not read).
           const int s = (c * T::kMmas + j) * 2 + (lane / 8) % 2;
@@ -299,7 +288,6 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
             if constexpr (kTerms == 3) ldmatrix_x2(at + 2 * T::kTermBytes, l);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-              if (mt >= mts) break;
               mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h[0], h[1]);
               if constexpr (kTerms >= 2)
                 mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m[0], m[1]);
@@ -313,9 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         for (int j = 0; j < T::kMmas; ++j) {
           uint32_t a[2][4];
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            if (mt < mts) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
-          }
+          for (int mt = 0; mt < 2; ++mt) a_fragment<E>(ra[mt], rb[mt], j, a[mt]);
           const int word = (c * T::KC + t * T::VE + 4 * j) / 2;
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
@@ -329,7 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
             if constexpr (kTerms == 3) l = *reinterpret_cast<const uint2*>(split + 2 * kTerm + w);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-              if (mt >= mts) break;
               mma(ch[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], h.x, h.y);
               if constexpr (kTerms >= 2)
                 mma(cm[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], m.x, m.y);
@@ -407,10 +392,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
   end_split(p.K <= p.split_len);
 
   // Lane outputs: c[0], c[1] are row g of the m tile for tokens 2t, 2t+1 of the n tile; c[2],
-  // c[3] row g + 8. (A narrow tile's warps have one m tile: the second's rows are another's.)
+  // c[3] row g + 8.
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    if (mt >= mts) break;
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -419,7 +403,6 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Params p) {
         const int64_t orow = o_row[wc + nt * 8 + 2 * t + (i & 1)];
         if (orow >= 0 && n < p.N) p.out[orow * p.ldo + n] = total[mt][nt][i];
       }
-  }
 }
 
 // x's rows as the three bf16 planes the pre-split kernel reads (Params::xsplit): a thread per
@@ -474,10 +457,6 @@ void launch(Params p, int64_t max_rows, int groups) {
   // prefill 1.12 times as fast in 512-token passes, 1.04 in 4096: H100, docs/benchmarks.md,
   // thirty-ninth slice); =0 runs them. Read at every launch.
   p.tiled_skip = knob_on("HIBANA_CUDA_TILED_SKIP", true);
-  // HIBANA_CUDA_TILED_NARROW=1: with the skip, a tile of up to 32 rows as eight warps of one
-  // m16 tile each; off until measured (tools/gpu/pending.sh 34), four warps idle there. Read
-  // at every launch.
-  p.tiled_narrow = knob_on("HIBANA_CUDA_TILED_NARROW", false);
   check(p.tiled_depth > 0, ErrorKind::internal, "tiled matmul: not enough shared memory");
   const int smem = T::smem(p.tiled_depth);
   // The kernel may take what this launch needs (never more than the GPU's limit: depth_for).

@@ -140,9 +140,12 @@ __global__ void __launch_bounds__(kWideThreads)
   pdl_start(first);
   float* xr = r.x + t * r.ldx;
   if (c < H) {
+    // x loaded with the pairs' outputs: read after the store to out (which may alias it, for
+    // the compiler), it was one more round trip to L2 on the step's chain.
+    const float xv = xr[c];
     const float v = combine_column(p, t, c);
     out[t * ldo + c] = v;
-    xr[c] = xr[c] + v;
+    xr[c] = xv + v;
   }
   if (!mm::last_to_finish(counters + t, static_cast<int>(gridDim.x))) return;
   wide_norm_group<false, false, true>(xr, nullptr, nullptr, r.w, wv, r.eps, r.zero_centred, H,

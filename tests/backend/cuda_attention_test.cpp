@@ -221,9 +221,10 @@ TEST_F(CudaAttention, AttentionStagesAndHeadsPerWarpKeepTheBits) {
 }
 
 // HIBANA_CUDA_ATTENTION_EARLY=1: a decode token's older keys are copied before the kernel waits
-// for the one before it, the tile holding its own key after. Each decode here finds NaNs in the
-// token's own key and value, then stores them (store_kv, the kernel just before the attention):
-// with the switch on and off the same bits, which each round's new pair changes. Positions whose
+// for the one before it, the tile holding its own key after; HIBANA_CUDA_ATTENTION_PREFETCH=1:
+// the split's rows are asked of L2 before the wait. Each decode here finds NaNs in the token's
+// own key and value, then stores them (store_kv, the kernel just before the attention): with
+// the switches on and off the same bits, which each round's new pair changes. Positions whose
 // own key ends a tile of a split, starts a split, sits inside the second tile or the first tile
 // of the sequence, at 3 and 2 tiles in flight; Qwen3-8B's heads and Qwen3-Next's.
 TEST_F(CudaAttention, EarlyKeysKeepTheBitsAndWaitForTheTokensOwnKey) {
@@ -243,9 +244,10 @@ TEST_F(CudaAttention, EarlyKeysKeepTheBitsAndWaitForTheTokensOwnKey) {
         const auto k = randn(kvh * hd, 40 + round), v = randn(kvh * hd, 50 + round);
         const Tensor kd = upload(k.data(), DType::f32, {1, kvh * hd});
         const Tensor vd = upload(v.data(), DType::f32, {1, kvh * hd});
-        auto decode = [&](const char* early, const char* stages) {
+        auto decode = [&](const char* early, const char* stages, const char* prefetch = "0") {
           test::ScopedEnv on("HIBANA_CUDA_ATTENTION_EARLY", early);
           test::ScopedEnv tiles("HIBANA_CUDA_ATTENTION_STAGES", stages);
+          test::ScopedEnv hint("HIBANA_CUDA_ATTENTION_PREFETCH", prefetch);
           Tensor out = device_f32(1, heads * hd);
           gpu->store_kv(nan_row, nan_row, all.kd, all.vd, one);
           gpu->synchronize();
@@ -257,6 +259,8 @@ TEST_F(CudaAttention, EarlyKeysKeepTheBitsAndWaitForTheTokensOwnKey) {
         EXPECT_FALSE(same_bits(base, before)) << "round " << round << ": the new pair unused";
         EXPECT_TRUE(same_bits(decode("1", nullptr), base)) << "round " << round;
         EXPECT_TRUE(same_bits(decode("1", "2"), base)) << "round " << round << ", 2 stages";
+        EXPECT_TRUE(same_bits(decode("0", nullptr, "1"), base)) << "round " << round << ", L2";
+        EXPECT_TRUE(same_bits(decode("1", "2", "1"), base)) << "round " << round << ", both";
         before = base;
       }
     }

@@ -249,10 +249,10 @@ TEST_P(BatchInvariance, DecodeStepsReplayedAsGraphsMatchOpByOp) {
 
 // The CUDA backend's earlier launches (HIBANA_CUDA_RELEASE_FIRST=1: the small kernels release
 // the next one before their wait; HIBANA_CUDA_ATTENTION_EARLY=1: decode attention reads the
-// older keys before its wait; HIBANA_CUDA_GDN_EARLY=1: the DeltaNet recurrence reads its layout
-// and asks L2 for its state before its wait) change when kernels start, never what they read:
-// the same bits as without, op by op and replayed (a pool of a size not used before records
-// anew).
+// older keys before its wait, HIBANA_CUDA_ATTENTION_PREFETCH=1 asks L2 for them;
+// HIBANA_CUDA_GDN_EARLY=1: the DeltaNet recurrence reads its layout and asks L2 for its state
+// before its wait) change when kernels start, never what they read: the same bits as without,
+// op by op and replayed (a pool of a size not used before records anew).
 TEST_P(BatchInvariance, EarlyLaunchesKeepTheBits) {
   if (std::get<1>(GetParam()) != "cuda") GTEST_SKIP() << "switches of the CUDA backend";
   StatePool pool(model->state_spec(), 64, 40, 8);
@@ -260,6 +260,7 @@ TEST_P(BatchInvariance, EarlyLaunchesKeepTheBits) {
   test::ScopedEnv release("HIBANA_CUDA_RELEASE_FIRST", "1");
   test::ScopedEnv early("HIBANA_CUDA_ATTENTION_EARLY", "1");
   test::ScopedEnv gdn("HIBANA_CUDA_GDN_EARLY", "1");
+  test::ScopedEnv hint("HIBANA_CUDA_ATTENTION_PREFETCH", "1");
   EXPECT_TRUE(bit_identical(decode_steps(*model, pool, LogitsMode::all), base)) << "op by op";
   StatePool other(model->state_spec(), 64, 44, 8);
   const int64_t replays_before = model->decode_graph_replays();

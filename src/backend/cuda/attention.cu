@@ -149,8 +149,11 @@ __global__ void attention_split_kernel(AttnParams p) {
   static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
   // AttnParams::kv_early: the layout (the host's) and the keys before the token's own (an
   // earlier step's) are read before the wait; the query and the tile of the token's own key
-  // (the kernel before writes both) after it.
-  if (!p.kv_early) pdl_start();
+  // (the kernel before writes both) after it. AttnParams::kv_prefetch: the layout before the
+  // wait, and every K and V row of the split asked of L2 (a hint: the copies after the wait
+  // read whatever the kernels before wrote).
+  const bool layout_early = p.kv_early || p.kv_prefetch;
+  if (!layout_early) pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -158,8 +161,8 @@ __global__ void attention_split_kernel(AttnParams p) {
   const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
   const int begin = split * p.split;
   if (begin > qpos) {
-    if (p.kv_early) pdl_start();  // (a CTA that leaves still waits: the next kernel's wait
-    return;                       // must cover the kernel before this one)
+    if (layout_early) pdl_start();  // (a CTA that leaves still waits: the next kernel's wait
+    return;                         // must cover the kernel before this one)
   }
   const int end = min(qpos + 1, begin + p.split);
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -190,6 +193,17 @@ __global__ void attention_split_kernel(AttnParams p) {
   for (int i = 0; i < kTilesPerSplit; ++i) {
     const int pl = begin + i * kTile + lane;
     key_rows[i] = pl < end ? kv_row(pages, pl, page, static_cast<int>(p.kv_heads), kvh) : -1;
+  }
+  if (p.kv_prefetch) {  // lane l: key l of each tile; warp w: lines w, w + warps, ... of K, V
+    const int lines = (hd + 31) / 32;  // 128-byte lines of a row
+#pragma unroll
+    for (int i = 0; i < kTilesPerSplit; ++i) {
+      if (key_rows[i] < 0) continue;
+      for (int j = warp; j < 2 * lines; j += warps) {
+        const float* row = (j < lines ? p.kp : p.vp) + static_cast<int64_t>(key_rows[i]) * hd;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (j % lines) * 32));
+      }
+    }
   }
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
@@ -250,8 +264,8 @@ __global__ void attention_split_kernel(AttnParams p) {
       load_tile(it0, it0);
       cp_async_commit();
     }
-    pdl_start();
   }
+  if (layout_early) pdl_start();
   for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
   for (int it = it0; it < S - 1; ++it) {
     if (it < ntiles) load_tile(it, it);
@@ -504,6 +518,9 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   // (HIBANA_CUDA_ATTENTION_EARLY=1, off until measured; read at every launch).
   const bool decode = T == layout.num_seqs;
   const bool kv_early = knob_on("HIBANA_CUDA_ATTENTION_EARLY", false);
+  // HIBANA_CUDA_ATTENTION_PREFETCH=1: the per-token kernel asks L2 for its split's K and V rows
+  // before its wait, in any pass (off until measured; read at every launch).
+  const bool kv_prefetch = knob_on("HIBANA_CUDA_ATTENTION_PREFETCH", false);
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
   if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
@@ -532,6 +549,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.block_tokens = qb;
     p.partial = partial.as<float>();
     p.kv_early = decode && kv_early;
+    p.kv_prefetch = kv_prefetch;
     return p;
   };
   // Rows [r0, r1) by the split kernels and the merge.

@@ -191,81 +191,56 @@ TEST_P(BatchInvariance, SnapshotsResumeAnyPosition) {
   for (int32_t s : snaps) pool.free_slot(s);
 }
 
-// Three sequences (70, 5 and 33 prompt tokens) decode 12 steps together, the last 4 without the
-// third: every step's last-position logits, in order. LogitsMode::last lets a GPU record each
-// batch bucket's step once and replay it; LogitsMode::all runs the steps op by op.
-std::vector<float> decode_steps(const Model& model, StatePool& pool, LogitsMode mode) {
-  const int64_t V = model.config().vocab_size;
-  const int64_t lens[3] = {70, 5, 33}, steps = 12;
-  std::vector<float> logits;
-  std::vector<std::unique_ptr<SequenceState>> seqs;
-  std::vector<std::vector<int32_t>> toks;
-  for (int i = 0; i < 3; ++i) {
-    toks.push_back(tokens_for(lens[i] + steps, 20 + i, V));
-    seqs.push_back(std::make_unique<SequenceState>(pool));
-    seqs[i]->reserve(lens[i] + steps);
-    SequenceInput pre;
-    pre.tokens = std::span<const int32_t>(toks[i].data(), lens[i]);
-    pre.pages = seqs[i]->pages();
-    pre.slot = seqs[i]->slot();
-    ForwardOutput o;
-    model.forward(std::span<const SequenceInput>(&pre, 1), pool.views(), {}, o);
-  }
-  for (int64_t step = 0; step < steps; ++step) {
-    const int n = step < 8 ? 3 : 2;
-    std::vector<SequenceInput> batch(n);
-    for (int i = 0; i < n; ++i) {
-      batch[i].tokens = std::span<const int32_t>(toks[i].data() + lens[i] + step, 1);
-      batch[i].start_pos = lens[i] + step;
-      batch[i].pages = seqs[i]->pages();
-      batch[i].slot = seqs[i]->slot();
-      batch[i].logits = mode;
-    }
-    ForwardOutput out;
-    model.forward(batch, pool.views(), {}, out);
-    for (int i = 0; i < n; ++i) logits.insert(logits.end(), out.last(i), out.last(i) + V);
-  }
-  return logits;
-}
-
 // Decode steps where every sequence brings one token are recorded once per batch bucket and
 // replayed on GPUs (a batch of 3 is padded to 4); asking for all logits rows runs the same
 // steps op by op. Both must give the same bits, step after step, also after the batch shrinks
 // (padding rows must not have written any sequence's state).
 // A second state pool (of another size) must not replay recordings made on the first.
 TEST_P(BatchInvariance, DecodeStepsReplayedAsGraphsMatchOpByOp) {
+  const int64_t V = model->config().vocab_size;
   for (int64_t pages : {32, 48}) {
     SCOPED_TRACE(std::to_string(pages) + " pages");
     StatePool pool(model->state_spec(), 64, pages, 8);
+    const int64_t lens[3] = {70, 5, 33}, steps = 12;
+    auto run = [&](LogitsMode mode) {
+      std::vector<float> logits;
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      std::vector<std::vector<int32_t>> toks;
+      for (int i = 0; i < 3; ++i) {
+        toks.push_back(tokens_for(lens[i] + steps, 20 + i, V));
+        seqs.push_back(std::make_unique<SequenceState>(pool));
+        seqs[i]->reserve(lens[i] + steps);
+        SequenceInput pre;
+        pre.tokens = std::span<const int32_t>(toks[i].data(), lens[i]);
+        pre.pages = seqs[i]->pages();
+        pre.slot = seqs[i]->slot();
+        ForwardOutput o;
+        model->forward(std::span<const SequenceInput>(&pre, 1), pool.views(), {}, o);
+      }
+      for (int64_t step = 0; step < steps; ++step) {
+        const int n = step < 8 ? 3 : 2;
+        std::vector<SequenceInput> batch(n);
+        for (int i = 0; i < n; ++i) {
+          batch[i].tokens = std::span<const int32_t>(toks[i].data() + lens[i] + step, 1);
+          batch[i].start_pos = lens[i] + step;
+          batch[i].pages = seqs[i]->pages();
+          batch[i].slot = seqs[i]->slot();
+          batch[i].logits = mode;
+        }
+        ForwardOutput out;
+        model->forward(batch, pool.views(), {}, out);
+        for (int i = 0; i < n; ++i) logits.insert(logits.end(), out.last(i), out.last(i) + V);
+      }
+      return logits;
+    };
     const int64_t replays_before = model->decode_graph_replays();
-    const std::vector<float> replayed = decode_steps(*model, pool, LogitsMode::last);
-    const std::vector<float> op_by_op = decode_steps(*model, pool, LogitsMode::all);
+    const std::vector<float> replayed = run(LogitsMode::last);
+    const std::vector<float> op_by_op = run(LogitsMode::all);
     EXPECT_TRUE(bit_identical(replayed, op_by_op));
     if (std::get<1>(GetParam()) == "cuda") {
       EXPECT_GT(model->decode_graph_replays(), replays_before) << "no step was replayed";
     }
   }
-}
-
-// The CUDA backend's earlier launches (HIBANA_CUDA_RELEASE_FIRST=1: the small kernels release
-// the next one before their wait; HIBANA_CUDA_ATTENTION_EARLY=1: decode attention reads the
-// older keys before its wait, HIBANA_CUDA_ATTENTION_PREFETCH=1 asks L2 for them;
-// HIBANA_CUDA_GDN_EARLY=1: the DeltaNet recurrence reads its layout and asks L2 for its state
-// before its wait) change when kernels start, never what they read: the same bits as without,
-// op by op and replayed (a pool of a size not used before records anew).
-TEST_P(BatchInvariance, EarlyLaunchesKeepTheBits) {
-  if (std::get<1>(GetParam()) != "cuda") GTEST_SKIP() << "switches of the CUDA backend";
-  StatePool pool(model->state_spec(), 64, 40, 8);
-  const std::vector<float> base = decode_steps(*model, pool, LogitsMode::all);
-  test::ScopedEnv release("HIBANA_CUDA_RELEASE_FIRST", "1");
-  test::ScopedEnv early("HIBANA_CUDA_ATTENTION_EARLY", "1");
-  test::ScopedEnv gdn("HIBANA_CUDA_GDN_EARLY", "1");
-  test::ScopedEnv hint("HIBANA_CUDA_ATTENTION_PREFETCH", "1");
-  EXPECT_TRUE(bit_identical(decode_steps(*model, pool, LogitsMode::all), base)) << "op by op";
-  StatePool other(model->state_spec(), 64, 44, 8);
-  const int64_t replays_before = model->decode_graph_replays();
-  EXPECT_TRUE(bit_identical(decode_steps(*model, other, LogitsMode::last), base)) << "replayed";
-  EXPECT_GT(model->decode_graph_replays(), replays_before) << "no step was replayed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance,

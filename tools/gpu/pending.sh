@@ -329,21 +329,6 @@ prefill17() {
   done
 }
 
-# The earlier launches, off until measured: the small kernels releasing the next one before
-# their wait (R: HIBANA_CUDA_RELEASE_FIRST), the decode attention copying its older keys before
-# its wait (A: _ATTENTION_EARLY) or asking L2 for its split's rows (P: _ATTENTION_PREFETCH), the
-# DeltaNet recurrence reading its layout and asking L2 for its state (G: _GDN_EARLY). Their tests,
-# then both shapes at batch 1 and 8, two alternating rounds.
-call35() {
-  use_prebuilt orig || return 1
-  timeout 100 $B/tests/backend_tests --gtest_filter='CudaAttention.*:CudaFused*:CudaGdn*' 2>&1 |
-    tail -3
-  timeout 120 $B/tests/model_tests --gtest_filter='*BatchInvariance*cuda*' 2>&1 | tail -3
-  local r=HIBANA_CUDA_RELEASE_FIRST=1 a=HIBANA_CUDA_ATTENTION_EARLY=1
-  local p=HIBANA_CUDA_ATTENTION_PREFETCH=1 g=HIBANA_CUDA_GDN_EARLY=1
-  VARIANTS="base;$r;$p;$g;$r $p $g;$r $a" CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" \
-    ROUNDS=2 BATCHES=1,8 timeout 400 tools/gpu/check.sh sweep 2>&1 | tail -30
-}
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
@@ -362,6 +347,5 @@ case "${1:-}" in
   31) call31 ;;
   33) call33 ;;
   34) call34 ;;
-  35) call35 ;;
   *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|34" >&2; exit 2 ;;
 esac

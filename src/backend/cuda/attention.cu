@@ -147,23 +147,14 @@ template <int S, int HD, int kH = 1>
 __global__ void attention_split_kernel(AttnParams p) {
   using L = ValueLanes<HD>;
   static_assert(kH == 1 || HD > 0, "several heads a warp: compiled head_dims");
-  // AttnParams::kv_early: the layout (the host's) and the keys before the token's own (an
-  // earlier step's) are read before the wait; the query and the tile of the token's own key
-  // (the kernel before writes both) after it. AttnParams::kv_prefetch: the layout before the
-  // wait, and every K and V row of the split asked of L2 (a hint: the copies after the wait
-  // read whatever the kernels before wrote).
-  const bool layout_early = p.kv_early || p.kv_prefetch;
-  if (!layout_early) pdl_start();
+  pdl_start();
   const int64_t t = p.t_begin + blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
   const int qpos = p.pos[t];
   const int64_t seq = p.token_seq[t];  // loaded with the position, not after it
   const int begin = split * p.split;
-  if (begin > qpos) {
-    if (layout_early) pdl_start();  // (a CTA that leaves still waits: the next kernel's wait
-    return;                         // must cover the kernel before this one)
-  }
+  if (begin > qpos) return;
   const int end = min(qpos + 1, begin + p.split);
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warps * kH;
@@ -194,17 +185,8 @@ __global__ void attention_split_kernel(AttnParams p) {
     const int pl = begin + i * kTile + lane;
     key_rows[i] = pl < end ? kv_row(pages, pl, page, static_cast<int>(p.kv_heads), kvh) : -1;
   }
-  if (p.kv_prefetch) {  // lane l: key l of each tile; warp w: lines w, w + warps, ... of K, V
-    const int lines = (hd + 31) / 32;  // 128-byte lines of a row
-#pragma unroll
-    for (int i = 0; i < kTilesPerSplit; ++i) {
-      if (key_rows[i] < 0) continue;
-      for (int j = warp; j < 2 * lines; j += warps) {
-        const float* row = (j < lines ? p.kp : p.vp) + static_cast<int64_t>(key_rows[i]) * hd;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (j % lines) * 32));
-      }
-    }
-  }
+  for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
+
   auto load_tile = [&](int it, int slot) {
     float* kd = ks + slot * kstride;
     float* vd = vs + slot * vstride;
@@ -255,19 +237,7 @@ __global__ void attention_split_kernel(AttnParams p) {
     l_run[hh] = 0.0f;
   }
   const int ntiles = (end - begin + kTile - 1) / kTile;
-  // The first tiles' copies, each its own group: before the wait those of keys older than the
-  // token (a tile holding its own key and those after it wait), the rest after.
-  int it0 = 0;
-  if (p.kv_early) {
-    for (; it0 < S - 1 && it0 < ntiles && (end <= qpos || begin + (it0 + 1) * kTile <= qpos);
-         ++it0) {
-      load_tile(it0, it0);
-      cp_async_commit();
-    }
-  }
-  if (layout_early) pdl_start();
-  for (int d = lane; d < kH * hd; d += 32) qs[warp * kH * hd + d] = p.q[t * p.ldq + h * hd + d];
-  for (int it = it0; it < S - 1; ++it) {
+  for (int it = 0; it < S - 1; ++it) {
     if (it < ntiles) load_tile(it, it);
     cp_async_commit();
   }
@@ -351,7 +321,7 @@ __global__ void attention_split_kernel(AttnParams p) {
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        int split, float* out, int64_t ldo, const float* gate,
-                                       int64_t ldg, bool first) {
+                                       int64_t ldg) {
   constexpr int kChunk = 64, kPer = kChunk / 32;
   // The warp's (token, head, dimensions) before the wait: 64-bit divisions, long emulated
   // sequences that would otherwise sit on the decode chain after it.
@@ -360,7 +330,7 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   const int lane = threadIdx.x % 32;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
-  pdl_start(first);
+  pdl_start();
   if (w >= tokens * heads * groups) return;
   const int n = (pos[t] >> (__ffs(split) - 1)) + 1;  // (split: a power of two)
   const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
@@ -513,14 +483,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int64_t chunk =
       std::clamp<int64_t>(static_cast<int64_t>((size_t(256) << 20) / per_token), 1, T);
   Scratch partial(static_cast<size_t>(chunk) * per_token);
-  // One token a sequence (a decode step): the keys below a token's position are older than
-  // this pass, so the per-token kernel may read them before its wait
-  // (HIBANA_CUDA_ATTENTION_EARLY=1, off until measured; read at every launch).
-  const bool decode = T == layout.num_seqs;
-  const bool kv_early = knob_on("HIBANA_CUDA_ATTENTION_EARLY", false);
-  // HIBANA_CUDA_ATTENTION_PREFETCH=1: the per-token kernel asks L2 for its split's K and V rows
-  // before its wait, in any pass (off until measured; read at every launch).
-  const bool kv_prefetch = knob_on("HIBANA_CUDA_ATTENTION_PREFETCH", false);
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
   if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
@@ -548,8 +510,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
-    p.kv_early = decode && kv_early;
-    p.kv_prefetch = kv_prefetch;
     return p;
   };
   // Rows [r0, r1) by the split kernels and the merge.
@@ -580,7 +540,7 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       launch_pdl(attention_merge_kernel, blocks_for(n * heads * ((hd + 31) / 32) * 32, 256), 256, 0,
                  partial.as<float>(), layout.positions.ptr<int32_t>(), t0, n, heads, hd, max_splits,
                  split, out.ptr<float>(), ld(out), gate ? gate->ptr<float>() : nullptr,
-                 gate ? ld(*gate) : int64_t{0}, release_first());
+                 gate ? ld(*gate) : int64_t{0});
       launched("attention_merge_kernel");
     }
   };

@@ -46,10 +46,6 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
-  // Per-token kernel: every sequence of the launch brings one token, so the keys below a
-  // token's position were written before the kernel ahead of it ran: read before the wait.
-  bool kv_early;
-  bool kv_prefetch;  // per-token kernel: its split's K and V rows asked of L2 before the wait
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens

@@ -25,7 +25,6 @@ struct PrepParams {
   int half_lanes;  // rotated pairs per lane: half / 32
   float theta, eps;
   bool zero_centred;
-  bool first;  // release_first()
 };
 
 template <int kPer>
@@ -51,7 +50,7 @@ __global__ void __launch_bounds__(128) attention_prep_kernel(PrepParams p) {
             ? 1.0f / powf(p.theta, static_cast<float>(2 * d) / static_cast<float>(p.rot_dim))
             : 0.0f;
   }
-  pdl_start(p.first);
+  pdl_start();
   if (!live) return;
   float* x = (is_q ? p.q + t * p.ldq : p.k + t * p.ldk) + head * hd;
   const float* vr = p.v + t * p.ldv + head * hd;
@@ -155,7 +154,6 @@ void attention_prep(Tensor q, Tensor k, const Tensor& v, const Tensor& q_norm, c
   p.theta = static_cast<float>(a.theta);
   p.eps = a.eps;
   p.zero_centred = a.zero_centred;
-  p.first = release_first();
   const unsigned blocks = blocks_for(T * (a.heads + a.kv_heads) * 32, 128);
   switch (a.head_dim) {
     case 64:

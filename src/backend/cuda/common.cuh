@@ -62,26 +62,8 @@ __device__ __forceinline__ void pdl_start() {
   pdl_wait();
   pdl_trigger();
 }
-// The same, but with `release_first` (release_first() below) the next kernel may launch before
-// this one waits, while the kernel before this one still runs. Only for small kernels that
-// follow a kernel which releases once it has waited (so the kernel before that one has
-// finished when the next starts) and whose next kernels read nothing before their wait but
-// what was written before that: the products' weights, the decode attention's older keys.
-__device__ __forceinline__ void pdl_start(bool release_first) {
-  if (release_first) {
-    pdl_trigger();
-    pdl_wait();
-  } else {
-    pdl_start();
-  }
-}
 // True on sm_90+ unless HIBANA_CUDA_PDL=0.
 bool pdl_enabled();
-// HIBANA_CUDA_RELEASE_FIRST=1: the small decode kernels between two products (the norms, the
-// attention's prep and merge, the MoE combine) release the next kernel before their wait, so
-// its weight copies start while the product before runs (pdl_start(bool)). Off until measured.
-// Read at every launch (a recorded decode graph keeps what it was recorded with).
-bool release_first();
 // A launch on stream() that may start while the kernel before it runs (a programmatic
 // dependent launch, where pdl_enabled: the kernel's pdl_wait orders it).
 template <typename... P, typename... A>

@@ -136,8 +136,6 @@ bool pdl_enabled() {
   return g_pdl && !off;
 }
 
-bool release_first() { return knob_on("HIBANA_CUDA_RELEASE_FIRST", false); }
-
 namespace {
 // Every scratch from the stream-ordered pool (which keeps a prefill's largest buffers for the
 // next pass) rather than cudaMalloc/cudaFree above 32 MiB, whose cudaFree waits for the device:

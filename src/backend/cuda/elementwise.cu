@@ -39,14 +39,14 @@ __global__ void embedding_kernel(const void* table, int64_t ldt, const float* sc
 template <bool kGated>
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz,
                                const float* w, float eps, bool zero_centred, int64_t rows,
-                               int64_t D, int64_t G, float* out, int64_t ldo, bool first) {
+                               int64_t D, int64_t G, float* out, int64_t ldo) {
   // The warp's group before the wait: 64-bit divisions, long emulated sequences that would
   // otherwise sit on the decode chain after it.
   const int64_t groups_per_row = D / G;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   const int64_t r = warp / groups_per_row, c0 = (warp % groups_per_row) * G;
-  pdl_start(first);
+  pdl_start();
   if (warp >= rows * groups_per_row) return;
   const float* xr = x + r * ldx + c0;
   const float* zr = kGated ? z + r * ldz + c0 : nullptr;
@@ -61,12 +61,12 @@ template <bool kGated, bool kAdd, int kC>
 __global__ void __launch_bounds__(kWideThreads)
     rmsnorm_wide_kernel(const float* x, int64_t ldx, const float* z, int64_t ldz, const float* w,
                         float eps, bool zero_centred, int64_t D, int64_t G, float* out, int64_t ldo,
-                        const float* add, int64_t lda, bool first) {
+                        const float* add = nullptr, int64_t lda = 0) {
   float wv[kC];
   wide_norm_weights(w, G, wv);  // constants: before the wait
   const int64_t groups_per_row = D / G;  // (and the divisions: rmsnorm_kernel says why)
   const int64_t r = blockIdx.x / groups_per_row, c0 = (blockIdx.x % groups_per_row) * G;
-  pdl_start(first);
+  pdl_start();
   wide_norm_group<kGated, kAdd>(x + r * ldx + c0, kGated ? z + r * ldz + c0 : nullptr,
                                 kAdd ? add + r * lda + c0 : nullptr, w, wv, eps, zero_centred, G,
                                 out + r * ldo + c0);
@@ -191,12 +191,11 @@ void launch_norm(const Tensor& x, const Tensor* z, const Tensor& w, float eps, b
       launch_pdl(rmsnorm_wide_kernel<kGated, false, decltype(c)::value>,
                  static_cast<unsigned>(groups), kWideThreads, 0, x.ptr<float>(), ld(x), zp, ldz,
                  w.ptr<float>(), eps, zero_centred, D, G, out.ptr<float>(), ld(out), nullptr,
-                 int64_t{0}, release_first());
+                 int64_t{0});
     });
   } else {
     launch_pdl(rmsnorm_kernel<kGated>, blocks_for(groups * 32, 256), 256, 0, x.ptr<float>(), ld(x),
-               zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out),
-               release_first());
+               zp, ldz, w.ptr<float>(), eps, zero_centred, R, D, G, out.ptr<float>(), ld(out));
   }
   launched(op);
 }
@@ -227,8 +226,7 @@ void add_rmsnorm(Tensor x, const Tensor& y, const Tensor& w, float eps, bool zer
   with_wide_cached(G, [&](auto c) {
     launch_pdl(rmsnorm_wide_kernel<false, true, decltype(c)::value>, static_cast<unsigned>(R),
                kWideThreads, 0, x.ptr<float>(), ld(x), nullptr, int64_t{0}, w.ptr<float>(), eps,
-               zero_centred, G, G, out.ptr<float>(), ld(out), y.ptr<float>(), ld(y),
-               release_first());
+               zero_centred, G, G, out.ptr<float>(), ld(out), y.ptr<float>(), ld(y));
   });
   launched("add_rmsnorm");
 }

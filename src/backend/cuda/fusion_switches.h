@@ -80,6 +80,12 @@ inline bool fused_attention_gate() { return knob_on("HIBANA_CUDA_FUSED_ATTENTION
 // 1 over three rounds, H100, thirtieth slice) is in 6217715 and fd0689d. One token's down
 // projection ending in the combine, add and norm with no L2 pass of the pairs' outputs, a CTA
 // per 16 rows of every pair and a warp a pair (DOWN_COMBINE: 0.984 at batch 1, 1.003 at 8, H100,
-// thirty-ninth slice: its early CTAs slow the kernels after it) is in 7c95594.
+// thirty-ninth slice: its early CTAs slow the kernels after it) is in 7c95594. Earlier launches
+// (fortieth slice, H100, the 80B at batch 1 / 8): the small kernels between two products
+// releasing the next one before their wait (RELEASE_FIRST: 0.971 / 0.982; the 8B 1.014 at 1,
+// 0.988 at 8), the decode attention asking L2 for its split's rows before its wait
+// (ATTENTION_PREFETCH: 0.996 / 0.991) or, with the release, copying its older keys' first tiles
+// (ATTENTION_EARLY: 0.985 / 0.981), the DeltaNet recurrence reading its layout and asking L2 for
+// its state (GDN_EARLY: 1.003 / 1.001, noise) are in 121d7c5 and e7ba266.
 
 }  // namespace hibana::cuda

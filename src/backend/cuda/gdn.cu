@@ -176,29 +176,9 @@ __global__ void __launch_bounds__(kCols* kQuarters) recurrent_kernel(RecParams p
   const int64_t dk = kD > 0 ? kD : p.dk, g = h / (p.nv / p.nk);
   const int64_t rows_per = (dk + kQuarters - 1) / kQuarters;
   const int64_t r0 = quarter * rows_per;
-  // RecParams::early: the layout (the host's) is read before the wait, and each lane asks L2
-  // for one of its warp's state rows (the 32 columns of a row: one 128-byte line), so the state
-  // comes from L2 after the wait. A prefetch is a hint: whatever wrote the state, the loads
-  // below read it after the wait.
-  static_assert(kCols == 32, "a warp is one quarter's rows of 32 columns");
-  int32_t slot = 0;
-  int64_t t_first = 0, t_end = 0;
-  auto read_layout = [&] {
-    slot = p.slots[s];
-    t_first = p.seq_start[s];
-    t_end = p.seq_start[s + 1];
-  };
-  if (p.early) {
-    read_layout();
-    const int64_t i = r0 + lane;
-    if (slot >= 0 && lane < rows_per && i < dk) {
-      const float* line = p.states + ((static_cast<int64_t>(slot) * p.nv + h) * dk + i) * dv +
-                          static_cast<int64_t>(blockIdx.z) * kCols;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    }
-  }
   pdl_start();
-  if (!p.early) read_layout();
+  const int32_t slot = p.slots[s];
+  int64_t t_first = p.seq_start[s], t_end = p.seq_start[s + 1];
   if (slot < 0) {  // a padding row of a captured decode batch: no state, zero output
     if (quarter == 0 && active) {
       for (int64_t t = t_first; t < t_end; ++t) p.out[t * p.ldo + h * dv + c] = 0.0f;
@@ -397,10 +377,6 @@ void gdn_recurrence(const Tensor& qkv, const Tensor& b, const Tensor& a, const T
   // chunked form, the recurrent kernel for the tokens after.
   const bool chunked = chunked_pass(layout, shape);
   p.part = chunked ? gdn::Part::before_chunks : gdn::Part::all;
-  // HIBANA_CUDA_GDN_EARLY=1: the layout read and the state asked of L2 before the wait (off until
-  // measured; read at every launch). Not in a chunked pass, whose second launch finds the state
-  // the chunked kernels write.
-  p.early = !chunked && knob_on("HIBANA_CUDA_GDN_EARLY", false);
   auto kernel = dk == 128 && dv == 128 ? recurrent_kernel<128> : recurrent_kernel<0>;
   launch_pdl(kernel, grid, kCols * kQuarters, 0, p);
   launched("recurrent_kernel");

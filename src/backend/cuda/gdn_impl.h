@@ -31,7 +31,6 @@ struct RecParams {
   float* out;
   int64_t ldo;
   Part part;
-  bool early;  // recurrent_kernel: the layout and an L2 prefetch of the state before the wait
 };
 
 // The per-token arithmetic both forms share (the CPU's gdn.inc): a value head's log decay

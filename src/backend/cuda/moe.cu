@@ -131,13 +131,12 @@ struct ResidualArgs {
 // add. The bits of the three ops, one launch fewer than them. counters: [T], zero.
 template <int kC>
 __global__ void __launch_bounds__(kWideThreads)
-    combine_add_norm_split_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r, int* counters,
-                                  bool first) {
+    combine_add_norm_split_kernel(Pairs p, float* out, int64_t ldo, ResidualArgs r, int* counters) {
   const int64_t H = p.H, t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideThreads + threadIdx.x;
   float wv[kC];
   wide_norm_weights(r.w, H, wv);  // constants: before the wait (the last CTA's use)
-  pdl_start(first);
+  pdl_start();
   float* xr = r.x + t * r.ldx;
   if (c < H) {
     // x loaded with the pairs' outputs: read after the store to out (which may alias it, for
@@ -306,7 +305,7 @@ void experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights,
     int* counters = mm::finish_counters(static_cast<size_t>(T));
     with_wide_cached(H, [&](auto c) {
       launch_pdl(combine_add_norm_split_kernel<decltype(c)::value>, grid, kWideThreads, 0,
-                 pairs_out, out.ptr<float>(), ld(out), r, counters, release_first());
+                 pairs_out, out.ptr<float>(), ld(out), r, counters);
     });
     launched("combine_add_norm_split_kernel");
     return;

@@ -12,9 +12,9 @@
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
 # every test on this tree, two-term expert rows against three), `33` (every test, the tiled
-# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice), `34` (every
-# test, the tiled kernel's narrow tiles against four idle warps). The calls
-# already run are in git history (7c95594 has the thirty-ninth slice's 32, c5a4f25 the
+# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice). The calls
+# already run are in git history (9742c14 has the fortieth slice's 34 and 121d7c5 its 35,
+# 7c95594 the thirty-ninth slice's 32, c5a4f25 the
 # thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28, d723e6a the thirty-seventh slice's
 # 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
 # the thirtieth slice's call 12; call 17, op_chain's graph-ctr way, ran on 0f5e0ad in the
@@ -244,9 +244,8 @@ call23() {
   sanitize memcheck model_tests 'Fixtures/GoldenTest.*_cuda' 150
   prefill_chunks 4096
 }
-# Any GPU, first: every CUDA test on this tree (eff5d49's change to the experts' two-term test and
-# ca4c077's tiled kernel have not run on a GPU), then the 80B's 8k prefill in 4096- and 512-token
-# passes at the default (two terms) against three, two rounds.
+# Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 4096- and 512-token passes
+# at the default (two terms) against three, two rounds (ran in the fortieth slice).
 call31() {
   use_prebuilt orig || return 1
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
@@ -260,14 +259,6 @@ call33() {
   timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
   prefill_ab HIBANA_CUDA_TILED_SKIP "0 1" qwen3-next-80b-a3b fp8 512 4096
   prefill_ab HIBANA_CUDA_TILED_SKIP "0 1" qwen3-8b bf16 4096
-}
-# Any GPU: every CUDA test on this tree, then the 80B's 8k prefill in 512- and 4096-token
-# passes with the tiled kernel's narrow tiles off (HIBANA_CUDA_TILED_NARROW=0: the empty token
-# tiles skipped, four warps idle in a tile of up to 32 rows) and on (the default), two rounds.
-call34() {
-  use_prebuilt orig || return 1
-  timeout 200 tools/gpu/check.sh tests 2>&1 | tail -4
-  prefill_ab HIBANA_CUDA_TILED_NARROW "0 1" qwen3-next-80b-a3b fp8 512 4096
 }
 # prefill_ab KNOB "V1 V2 ..." CONFIG DTYPE CHUNK...: CONFIG's 8k-token prefill (dummy weights) in
 # passes of each CHUNK tokens with KNOB at each value in turn, two rounds: tok/s and the op
@@ -346,6 +337,5 @@ case "${1:-}" in
   23) call23 ;;
   31) call31 ;;
   33) call33 ;;
-  34) call34 ;;
   *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|34" >&2; exit 2 ;;
 esac

@@ -2,7 +2,8 @@
 // kernel takes per round trip, at head_dims with and without a compiled variant, and the promise
 // that a token's output has the same bits whichever kernel served it (decoded alone, in a
 // prefill chunk, with fewer K/V tiles in flight, with shorter splits), and the output gate
-// applied in the merge; whole prefill blocks on tensor cores beside them. Skipped without a GPU.
+// applied in the merge; whole prefill blocks and the other rows on tensor cores beside them.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +30,10 @@ using test::randn;
 
 class CudaAttention : public test::CudaFixture {
  public:
+  // The f32 kernels' tests: rows outside prefill blocks take them, not the tensor cores (the
+  // default; RowsOutsidePrefillBlocksOnTensorCores turns those on).
+  test::ScopedEnv f32_rows{"HIBANA_CUDA_MMA_DECODE", "0"};
+
   static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
@@ -298,10 +303,10 @@ TEST_F(CudaAttention, OutputGateInTheMergeHasTheBitsOfAttentionThenTheGate) {
   }
 }
 
-// A token at position 8400 has 66 splits, more than the merge kernel loads per round trip (64):
+// A token at position 8400 has 66 splits, more than the merge kernel loads per round trip (32):
 // the maximum is taken over all of them first. The keys of the last split score far above the
-// others (the largest maximum is in the second chunk of splits; a maximum taken over the first
-// chunk alone would overflow the second's scales to infinity), and the output matches the CPU.
+// others (the largest maximum is in the last chunk of splits; a maximum taken over the first
+// chunk alone would overflow the last's scales to infinity), and the output matches the CPU.
 TEST_F(CudaAttention, AttentionOverMoreSplitsThanOneMergeChunkMatchesCpu) {
   const int64_t T = 8401, heads = 2, kvh = 1, hd = 64;
   const Sequences s({T}, 64);
@@ -435,6 +440,66 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
         for (size_t i = 0; i < want.size(); ++i) want[i] *= 1.0f / (1.0f + std::exp(-g[i]));
         EXPECT_LT(max_abs_diff(gated, want), 1e-5f) << "gate, fused " << fused;
       }
+    }
+  }
+}
+
+// Rows outside whole prefill blocks on tensor cores (attention_decode.cu, HIBANA_CUDA_MMA_DECODE,
+// on by default where HIBANA_CUDA_MMA_ATTENTION is 1): Qwen3-8B's heads (group 4, head_dim 128),
+// Qwen3-Next's (8, 256) and a group of 2 at 64, in 128-, 64- and 32-position splits. Three
+// sequences (13, 1 and 300 tokens) in one pass: every row within bf16's rounding of the f32
+// kernels' (which are within 1e-5 of the CPU's) and, where the kernel fits, not their bits; each
+// token decoded alone (also with HIBANA_CUDA_DECODE_EARLY's copies before the wait) and a chunk
+// of the long sequence with the pass's bits. A head_dim the kernel has no variant for (100), or
+// HIBANA_CUDA_MMA_ATTENTION=0, keeps the f32 kernels' bits.
+TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
+  for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128},
+                                {16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
+    for (const char* split : {"128", "64", "32"}) {
+      SCOPED_TRACE("head_dim " + std::to_string(hd) + ", split " + split);
+      test::ScopedEnv split_env("HIBANA_CUDA_ATTENTION_SPLIT", split);
+      const Sequences b({13, 1, 300}, 16);
+      const AttentionBatch all =
+          attention_batch(heads, kvh, hd, b.pages, b.page, 51, layout_of(b, false, whole(b)),
+                          layout_of(b, true, whole(b)));
+      const int64_t row = heads * hd;
+      test::ScopedEnv on("HIBANA_CUDA_MMA_DECODE", "1");
+      auto run = [&](const std::vector<Range>& ranges) {
+        int64_t n = 0;
+        for (const Range& r : ranges) n += r[2];
+        Tensor out = device_f32(n, row);
+        const int64_t first = b.start[ranges[0][0]] + ranges[0][1];
+        const Tensor q = ranges.size() == 1 ? all.qd.slice_rows(first, first + n) : all.qd;
+        gpu->attention(q, heads, all.kd, all.vd, 0.125f, layout_of(b, true, ranges), out);
+        return download(out);
+      };
+      const std::vector<float> got = run(whole(b));
+      for (float x : got) ASSERT_TRUE(std::isfinite(x));
+      const bool taken = hd != 100;
+      if (cuda_shared_memory_per_block() >= 227 * 1024) {
+        EXPECT_EQ(same_bits(got, all.got), !taken) << "the kernel took the rows";
+      }
+      const float diff = max_abs_diff(got, all.got);
+      EXPECT_LT(diff, 3e-2f);
+      std::printf("[ decode mma ] head_dim %ld, split %s: max |diff| %.3g\n",
+                  static_cast<long>(hd), split, diff);
+      for (int64_t s = 0; s < static_cast<int64_t>(b.lens.size()); ++s) {
+        for (int64_t t = 0; t < b.lens[s]; t += (t % 7 == 0 ? 1 : 5)) {
+          EXPECT_TRUE(same_bits(run({{s, t, 1}}), gather(b, got, row, {{s, t, 1}})))
+              << "sequence " << s << " token " << t << " alone";
+        }
+      }
+      EXPECT_TRUE(same_bits(run({{2, 101, 150}}), gather(b, got, row, {{2, 101, 150}})))
+          << "a chunk of the long sequence";
+      {
+        test::ScopedEnv early("HIBANA_CUDA_DECODE_EARLY", "1");
+        for (int64_t t : {int64_t{130}, int64_t{299}}) {
+          EXPECT_TRUE(same_bits(run({{2, t, 1}}), gather(b, got, row, {{2, t, 1}})))
+              << "token " << t << " with its earlier splits' copies before the wait";
+        }
+      }
+      test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", "0");
+      EXPECT_TRUE(same_bits(run(whole(b)), all.got)) << "tensor cores off";
     }
   }
 }

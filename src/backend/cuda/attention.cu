@@ -309,20 +309,20 @@ __global__ void attention_split_kernel(AttnParams p) {
 }
 
 // One warp per (token, head, 32 dimensions): the largest of the splits' maxima first (exact
-// in any order), then every split's sums scaled to it and added in split order, normalised at
+// in any order), then every split's values scaled to it and added in split order, normalised at
 // the end. Each lane owns one dimension (an output element's operations are those of any other
-// split of the dimensions among warps). Splits are taken kChunk at a time: their values, maxima
-// and sums are loaded into registers at once (lane l holds the maxima and sums of splits l,
-// l + 32, ...), so up to kChunk splits (8k positions at 128 a split) the merge is one round trip,
-// with one more for the maximum beyond that. Each split's scale expf(m - M) is computed once,
-// by the lane holding its maximum, and reaches the others by shuffle.
+// split of the dimensions among warps). Splits are taken 32 at a time: lane l loads split
+// s0 + l's max and sum, and every lane its dimension's values of the 32 splits, all at once, so
+// up to 32 splits (4k positions at 128 a split) the merge is one round trip, with one more for
+// the maxima beyond that and one for each further 32. Lane l's split's scale expf(m - M)
+// reaches the other lanes by shuffle; its share of the sum is added over the warp at the end.
 // With a gate ([T, heads * hd], ldg apart: the gated attention's output gate) the output is
 // also multiplied by sigmoid(gate) (mul_sigmoid's arithmetic).
 __global__ void attention_merge_kernel(const float* partial, const int32_t* pos, int64_t t_begin,
                                        int64_t tokens, int64_t heads, int64_t hd, int max_splits,
                                        int split, float* out, int64_t ldo, const float* gate,
                                        int64_t ldg) {
-  constexpr int kChunk = 64, kPer = kChunk / 32;
+  constexpr int kChunk = 32;
   // The warp's (token, head, dimensions) before the wait: 64-bit divisions, long emulated
   // sequences that would otherwise sit on the decode chain after it.
   const int64_t groups = (hd + 31) / 32;
@@ -330,48 +330,42 @@ __global__ void attention_merge_kernel(const float* partial, const int32_t* pos,
   const int lane = threadIdx.x % 32;
   const int64_t th = w / groups, tl = th / heads, h = th % heads, t = t_begin + tl;
   const int64_t d = (w % groups) * 32 + lane;
+  const int pitch = static_cast<int>(hd) + 2;
   pdl_start();
   if (w >= tokens * heads * groups) return;
   const int n = (pos[t] >> (__ffs(split) - 1)) + 1;  // (split: a power of two)
-  const float* base = partial + (tl * heads + h) * max_splits * (hd + 2);
+  const float* base = partial + (tl * heads + h) * max_splits * pitch;
   const int64_t dd = d < hd ? d : hd - 1;  // (lanes past hd load a valid address, store nothing)
   const float gv = gate ? gate[t * ldg + h * hd + dd] : 0.0f;  // (loaded with the partials)
-  float mv[kPer], lv[kPer], ov[kChunk];
-  auto load = [&](int s0) {  // splits past n repeat the last one (loaded, not used)
-#pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const float* ps = base + min(s0 + 32 * q + lane, n - 1) * (hd + 2);
-      mv[q] = ps[hd];
-      lv[q] = ps[hd + 1];
+  // A chunk's loads: lane l's split s0 + l (its max and sum) and the lane's dimension of the
+  // chunk's 32 splits, all at once (splits past n load nothing and count nothing).
+  float mv = -INFINITY, lv = 0.0f, ov[kChunk];
+  auto load = [&](int s0) {
+    if (s0 + lane < n) {
+      mv = base[(s0 + lane) * pitch + hd];
+      lv = base[(s0 + lane) * pitch + hd + 1];
     }
+    const float* col = base + s0 * pitch + dd;
 #pragma unroll
-    for (int q = 0; q < kChunk; ++q) ov[q] = base[min(s0 + q, n - 1) * (hd + 2) + dd];
+    for (int q = 0; q < kChunk; ++q) ov[q] = s0 + q < n ? col[q * pitch] : 0.0f;
   };
   load(0);
+  // The maxima beyond the first chunk (one more round trip each 32), then the first chunk's.
   float M = -INFINITY;
-  if (n <= kChunk) {
-#pragma unroll
-    for (int q = 0; q < kPer; ++q) M = fmaxf(M, mv[q]);  // (repeats of the last split: harmless)
-  } else {
-    for (int s = lane; s < n; s += 32) M = fmaxf(M, base[s * (hd + 2) + hd]);
-  }
-  M = warp_max(M);
-  float o = 0.0f, L = 0.0f;
+  for (int s = kChunk + lane; s < n; s += 32) M = fmaxf(M, base[s * pitch + hd]);
+  M = warp_max(fmaxf(M, mv));
+  float o = 0.0f, l_part = 0.0f;
   for (int s0 = 0; s0 < n; s0 += kChunk) {
     if (s0 > 0) load(s0);
-    float b[kPer];
-#pragma unroll
-    for (int q = 0; q < kPer; ++q) b[q] = expf(mv[q] - M);
+    const bool mine = s0 + lane < n;
+    const float b = mine ? expf(mv - M) : 0.0f;
+    if (mine) l_part = fmaf(lv, b, l_part);
 #pragma unroll
     for (int q = 0; q < kChunk; ++q) {
-      if (s0 + q < n) {  // (the same for every lane: the shuffles see the whole warp)
-        const float bq = __shfl_sync(0xffffffffu, b[q / 32], q % 32);
-        const float lq = __shfl_sync(0xffffffffu, lv[q / 32], q % 32);
-        L = fmaf(lq, bq, L);
-        o = fmaf(ov[q], bq, o);
-      }
+      if (s0 + q < n) o = fmaf(ov[q], __shfl_sync(0xffffffffu, b, q), o);  // (warp-uniform)
     }
   }
+  const float L = warp_sum(l_part);
   if (d < hd) {
     const float v = o * (1.0f / L);
     out[t * ldo + h * hd + d] = gate ? mul_sigmoid_f(v, gv) : v;
@@ -486,6 +480,10 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
   if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
+  // HIBANA_CUDA_DECODE_EARLY=1: in a decode pass (a token a sequence: its own key is the only
+  // one this pass writes), the tensor-core kernel's splits of earlier keys copy their first
+  // rows before the wait (off until measured; read at every launch).
+  const bool kv_early = T == layout.num_seqs && knob_on("HIBANA_CUDA_DECODE_EARLY", false);
   auto params = [&](int64_t t0, int64_t n) {
     AttnParams p{};
     p.q = q.ptr<float>();
@@ -510,14 +508,21 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
+    p.kv_early = kv_early;
     return p;
   };
-  // Rows [r0, r1) by the split kernels and the merge.
+  // Rows outside whole prefill blocks on tensor cores (attention_decode.cu), where it takes
+  // them: every such row of the pass alike, so a token has the same bits decoded, verified or
+  // prefilled in a partial block.
+  const bool decode_mma = decode_mma_takes(params(0, T));
+  // Rows [r0, r1) by the per-token (or tiled) kernels and the merge.
   auto split_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = r0; t0 < r1; t0 += chunk) {
       const int64_t n = std::min(chunk, r1 - t0);
       const AttnParams p = params(t0, n);
-      if (qb > 0) {
+      if (decode_mma) {
+        decode_mma_launch(p);
+      } else if (qb > 0) {
         tiled_launch(p, block_start->as<int32_t>());
       } else {
         dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),

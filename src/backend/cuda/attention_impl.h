@@ -46,6 +46,9 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
+  // attention_decode.cu: splits without the token's own key copy their first K and V rows
+  // before the wait (HIBANA_CUDA_DECODE_EARLY=1, off until measured).
+  bool kv_early = false;
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens
@@ -63,5 +66,13 @@ int mma_attention_terms();
 bool mma_takes(int64_t hd, int64_t group, int terms);
 void mma_launch(const AttnParams& p, int64_t row0, int64_t rows, int terms, float* out,
                 int64_t ldo, const float* gate, int64_t ldg);
+
+// attention_decode.cu: the rows outside whole prefill blocks on tensor cores (one bf16 term),
+// writing the split kernels' partials for the same merge. decode_mma_takes: whether it serves
+// p's rows (HIBANA_CUDA_MMA_ATTENTION at 1 and HIBANA_CUDA_MMA_DECODE not off, head_dim 64, 128
+// or 256, a group of up to 8, q rows 16-byte aligned, this GPU's shared memory);
+// decode_mma_launch: p's t_count tokens from t_begin, a CTA per (token, KV head, split).
+bool decode_mma_takes(const AttnParams& p);
+void decode_mma_launch(const AttnParams& p);
 
 }  // namespace hibana::cuda::attn

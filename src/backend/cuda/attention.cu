@@ -480,10 +480,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   const int S = static_cast<int>(layout.num_seqs);
   std::unique_ptr<Scratch> block_start;
   if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
-  // HIBANA_CUDA_DECODE_EARLY=1: in a decode pass (a token a sequence: its own key is the only
-  // one this pass writes), the tensor-core kernel's splits of earlier keys copy their first
-  // rows before the wait (off until measured; read at every launch).
-  const bool kv_early = T == layout.num_seqs && knob_on("HIBANA_CUDA_DECODE_EARLY", false);
   auto params = [&](int64_t t0, int64_t n) {
     AttnParams p{};
     p.q = q.ptr<float>();
@@ -508,7 +504,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
     p.num_seqs = S;
     p.block_tokens = qb;
     p.partial = partial.as<float>();
-    p.kv_early = kv_early;
     return p;
   };
   // Rows outside whole prefill blocks on tensor cores (attention_decode.cu), where it takes

@@ -113,19 +113,6 @@ __global__ void __launch_bounds__(DecodeShape<HD>::kThreads, 1) decode_mma_kerne
 #pragma unroll
   for (int i = 0; i < HD / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-  // The first copies: K0, V0 and K1 (or nothing). AttnParams::kv_early: a split without the
-  // token's own key (an earlier step's keys only) issues them before the wait.
-  auto first_copies = [&] {
-    copy(0, p.kp, 0, KP);
-    copy(0, p.vp, 1, VP);
-    if (steps > 1) {
-      copy(1, p.kp, 2, KP);
-    } else {
-      cp_async_commit();
-    }
-  };
-  const bool early = p.kv_early && end <= qpos && steps > 0;
-  if (early) first_copies();
   pdl_start();  // the query and the token's own key and value are the kernels before's
   if (steps > 0) {
     // Head g's query (loaded first: its round trip under the copies' issue), then as A
@@ -138,7 +125,13 @@ __global__ void __launch_bounds__(DecodeShape<HD>::kThreads, 1) decode_mma_kerne
       qv[s] = mine ? *reinterpret_cast<const float4*>(qr + 16 * s + 4 * t)
                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    if (!early) first_copies();
+    copy(0, p.kp, 0, KP);  // K0, V0 and K1 (or nothing) in flight
+    copy(0, p.vp, 1, VP);
+    if (steps > 1) {
+      copy(1, p.kp, 2, KP);
+    } else {
+      cp_async_commit();
+    }
     uint32_t qa[HD / 16][2];
 #pragma unroll
     for (int s = 0; s < HD / 16; ++s) {

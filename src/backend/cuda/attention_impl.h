@@ -46,9 +46,6 @@ struct AttnParams {
   const int32_t* seq_start;
   int num_seqs, block_tokens;
   float* partial;  // [tokens of launch][heads][max_splits][hd + 2]: acc..., max, sum
-  // attention_decode.cu: splits without the token's own key copy their first K and V rows
-  // before the wait (HIBANA_CUDA_DECODE_EARLY=1, off until measured).
-  bool kv_early = false;
 };
 
 // The register-tiled kernel (attention_tiled.cu) for this head_dim and GQA group: the tokens

@@ -450,7 +450,8 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
 // sequences (13, 1 and 300 tokens) in one pass: every row within bf16's rounding of the f32
 // kernels' (which are within 1e-5 of the CPU's) and, where the kernel fits, not their bits; each
 // token decoded alone and a chunk of the long sequence with the pass's bits. A head_dim the
-// kernel has no variant for (100), or HIBANA_CUDA_MMA_ATTENTION=0, keeps the f32 kernels' bits.
+// kernel has no variant for (100), a pass in recurrent mode, a group no prefill-block kernel
+// takes (6) and HIBANA_CUDA_MMA_ATTENTION=0 keep the f32 kernels' bits.
 TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
   for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128},
                                 {16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
@@ -490,10 +491,29 @@ TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
       }
       EXPECT_TRUE(same_bits(run({{2, 101, 150}}), gather(b, got, row, {{2, 101, 150}})))
           << "a chunk of the long sequence";
+      {
+        // A pass in recurrent mode (exact: any split of a prompt the same bits, so no prefill
+        // rows, and no rows on tensor cores: such a pass may be a whole prompt).
+        BatchLayout exact = layout_of(b, true, whole(b));
+        exact.gdn_mode = GdnMode::recurrent;
+        Tensor out = device_f32(b.tokens(), row);
+        gpu->attention(all.qd, heads, all.kd, all.vd, 0.125f, exact, out);
+        EXPECT_TRUE(same_bits(download(out), all.got)) << "recurrent mode";
+      }
       test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", "0");
       EXPECT_TRUE(same_bits(run(whole(b)), all.got)) << "tensor cores off";
     }
   }
+  // A group no prefill-block kernel takes (6): the f32 kernels' bits for every row.
+  const Sequences b({40}, 16);
+  const AttentionBatch all = attention_batch(12, 2, 128, b.pages, b.page, 53,
+                                             layout_of(b, false, whole(b)),
+                                             layout_of(b, true, whole(b)));
+  test::ScopedEnv on("HIBANA_CUDA_MMA_DECODE", "1");
+  Tensor out = device_f32(1, 12 * 128);
+  gpu->attention(all.qd.slice_rows(39, 40), 12, all.kd, all.vd, 0.125f, layout_of(b, true, 39, 1),
+                 out);
+  EXPECT_TRUE(same_bits(download(out), gather(b, all.got, 12 * 128, {{0, 39, 1}}))) << "group 6";
 }
 
 }  // namespace

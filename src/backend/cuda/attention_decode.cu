@@ -3,7 +3,8 @@
 // HIBANA_CUDA_MMA_ATTENTION is 1, the default (one bf16 term of Q, K, the probabilities and V,
 // as the prefill blocks take them, attention_mma.cu); HIBANA_CUDA_MMA_DECODE=0 leaves those rows
 // to the f32 split kernels (attention.cu), as do head_dims other than 64, 128 and 256, groups of
-// more than 8 query heads and GPUs whose shared memory is too small.
+// more than 8 query heads, GPUs whose shared memory is too small, and passes that may be a whole
+// prompt without prefill rows (attention.cu says which).
 //
 // The split kernel it replaces spent ~60% of its time in its loop (ncu, H100, the 80B's decode
 // at 4k positions: 4,100 instructions a warp, half of them FFMA, bound by shared-memory loads:

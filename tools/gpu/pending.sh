@@ -97,14 +97,13 @@ call4() {
     done
   done
 }
-# Nsight Compute of the 80B's decode attention at batch 1 and 4k positions (its split kernel,
-# 16.7 us of the H200's critical path a gated layer for 16.8 MB of f32 KV, and its merge: never
-# profiled; twenty-seventh slice), then of the matmul's tiled kernel with and without pre-split
-# activations.
+# Nsight Compute of the 80B's decode attention at batch 1 and 4k positions (its tensor-core
+# kernel and its merge; the f32 split kernel's profile is in the forty-first slice), then of the
+# matmul's tiled kernel with and without pre-split activations.
 call5() {
   [ -x $B/hibana ] || timeout 200 tools/gpu/check.sh build 2>&1 | tail -2
   local k
-  for k in attention_split_kernel attention_merge_kernel; do
+  for k in decode_mma_kernel attention_merge_kernel; do
     NCU_TIMEOUT=150 ncu_stalls "$k" "$k" $B/hibana bench decode --device cuda --load-format dummy \
       --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1 --context 4096
   done

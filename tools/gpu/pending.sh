@@ -12,7 +12,8 @@
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
 # every test on this tree, two-term expert rows against three), `33` (every test, the tiled
-# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice). The calls
+# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice), `36` (first
+# after the forty-first slice: every test, the timeline, the new attention's profile). The calls
 # already run are in git history (9742c14 has the fortieth slice's 34 and 121d7c5 its 35,
 # 7c95594 the thirty-ninth slice's 32, c5a4f25 the
 # thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28, d723e6a the thirty-seventh slice's
@@ -319,6 +320,21 @@ prefill17() {
   done
 }
 
+# Any GPU, first in the session after the forty-first slice: every CUDA test on this tree (86b1c5a
+# and the merge's one-round-trip form never ran on a GPU), the 80B's batch-1 timeline, then
+# Nsight Compute of the tensor-core decode attention, its merge and the MoE combine (never
+# profiled).
+call36() {
+  use_prebuilt orig || return 1
+  timeout 170 tools/gpu/check.sh tests 2>&1 | tail -4
+  LINES_SHOWN=24 timeout 100 tools/gpu/check.sh timeline 2>&1 | sed -n 1,24p
+  local k
+  for k in decode_mma_kernel attention_merge_kernel combine_add_norm_split_kernel; do
+    NCU_TIMEOUT=100 ncu_stalls "$k" "$k" $B/hibana bench decode --device cuda --load-format dummy \
+      --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1 --context 4096
+  done
+}
+
 case "${1:-}" in
   4) call4 ;;
   5) call5 ;;
@@ -336,5 +352,6 @@ case "${1:-}" in
   23) call23 ;;
   31) call31 ;;
   33) call33 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33" >&2; exit 2 ;;
+  36) call36 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|36" >&2; exit 2 ;;
 esac

@@ -40,7 +40,12 @@ std::vector<ReferencePrompt> load_reference(const std::string& name) {
 }
 
 std::unique_ptr<Model> load_fixture_model(const std::string& name, const std::string& device) {
-  return Model::load(fixture_model_dir(name), make_backend(device));
+  const std::string dir = fixture_model_dir(name);
+  if (!std::filesystem::exists(dir + "/model.safetensors") &&
+      !std::filesystem::exists(dir + "/model.safetensors.index.json")) {
+    return Model::dummy(dir + "/config.json", DType::bf16, make_backend(device));  // shapes only
+  }
+  return Model::load(dir, make_backend(device));
 }
 
 std::vector<std::string> test_devices() { return {"cpu", "cuda"}; }

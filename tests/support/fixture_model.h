@@ -21,7 +21,8 @@ struct ReferencePrompt {
 std::vector<std::string> fixture_model_names();
 std::string fixture_model_dir(const std::string& name);
 std::vector<ReferencePrompt> load_reference(const std::string& name);
-// On the backend of `device` ("cpu" or "cuda").
+// On the backend of `device` ("cpu" or "cuda"). A fixture without weights (only a config: its
+// README says why) gets dummy bf16 weights, the same on every device.
 std::unique_ptr<Model> load_fixture_model(const std::string& name, const std::string& device = "cpu");
 
 // The devices model tests run on: the CPU, and CUDA (whose cases skip without a GPU).

@@ -449,9 +449,10 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
 // Qwen3-Next's (8, 256) and a group of 2 at 64, in 128-, 64- and 32-position splits. Three
 // sequences (13, 1 and 300 tokens) in one pass: every row within bf16's rounding of the f32
 // kernels' (which are within 1e-5 of the CPU's) and, where the kernel fits, not their bits; each
-// token decoded alone and a chunk of the long sequence with the pass's bits. A head_dim the
-// kernel has no variant for (100), a pass in recurrent mode, a group no prefill-block kernel
-// takes (6) and HIBANA_CUDA_MMA_ATTENTION=0 keep the f32 kernels' bits.
+// token decoded alone and a chunk of the long sequence with the pass's bits, and the same rows
+// beside whole prefill blocks (also with the output gate in the merge). A head_dim the kernel
+// has no variant for (100), a pass in recurrent mode, a group no prefill-block kernel takes (6)
+// and HIBANA_CUDA_MMA_ATTENTION=0 keep the f32 kernels' bits.
 TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
   for (auto [heads, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128},
                                 {16, 2, 256}, {4, 2, 64}, {4, 2, 100}}) {
@@ -491,6 +492,37 @@ TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
       }
       EXPECT_TRUE(same_bits(run({{2, 101, 150}}), gather(b, got, row, {{2, 101, 150}})))
           << "a chunk of the long sequence";
+      {
+        // Beside whole prefill blocks (the long sequence's positions [0, 256), rows [14, 270) of
+        // the pass, on attention_mma.cu's kernel): the other rows keep their bits and the blocks
+        // stay within bf16's rounding; with the output gate in the merge, every row is the
+        // ungated one times sigmoid(gate).
+        const BatchLayout dev = layout_of(b, true, whole(b));
+        auto mixed = [&](const Tensor* gate) {
+          Tensor out = device_f32(b.tokens(), row);
+          gpu->set_prefill_rows(b.tokens(), {{14, 270}});
+          if (gate) {
+            gpu->attention_gated(all.qd, heads, all.kd, all.vd, 0.125f, dev, *gate, out);
+          } else {
+            gpu->attention(all.qd, heads, all.kd, all.vd, 0.125f, dev, out);
+          }
+          gpu->set_prefill_rows(0, {});
+          return download(out);
+        };
+        auto rows_of = [row](const std::vector<float>& x, int64_t r0, int64_t r1) {
+          return std::vector<float>(x.begin() + r0 * row, x.begin() + r1 * row);
+        };
+        const int64_t T = b.tokens();
+        const std::vector<float> m = mixed(nullptr);
+        EXPECT_TRUE(same_bits(rows_of(m, 0, 14), rows_of(got, 0, 14))) << "rows before the blocks";
+        EXPECT_TRUE(same_bits(rows_of(m, 270, T), rows_of(got, 270, T))) << "rows after them";
+        EXPECT_LT(max_abs_diff(rows_of(m, 14, 270), rows_of(all.got, 14, 270)), 3e-2f);
+        const std::vector<float> g = randn(T * row, 55);
+        const Tensor gd = upload(g.data(), DType::f32, {T, row});
+        std::vector<float> want = m;
+        for (size_t i = 0; i < want.size(); ++i) want[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+        EXPECT_LT(max_abs_diff(mixed(&gd), want), 1e-5f) << "output gate";
+      }
       {
         // A pass in recurrent mode (exact: any split of a prompt the same bits, so no prefill
         // rows, and no rows on tensor cores: such a pass may be a whole prompt).

@@ -1,8 +1,9 @@
 // Private to the CUDA attention files (attention.cu: KV storage, the per-token kernel, the
 // merge and the dispatch; attention_tiled.cu: the register-tiled prefill kernel and its token
-// blocks). Both compute a
-// (token, head)'s share of one split with exactly the same arithmetic, so they are
-// interchangeable bit for bit.
+// blocks; attention_mma.cu and attention_decode.cu: the tensor-core kernels for whole prefill
+// blocks and for the other rows). The per-token and tiled kernels compute a (token, head)'s
+// share of one split with exactly the same arithmetic, so they are interchangeable bit for
+// bit; attention_decode.cu writes the same partials in its own arithmetic (one bf16 term).
 #pragma once
 
 #include "backend/cuda/common.cuh"

@@ -478,8 +478,6 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
       std::clamp<int64_t>(static_cast<int64_t>((size_t(256) << 20) / per_token), 1, T);
   Scratch partial(static_cast<size_t>(chunk) * per_token);
   const int S = static_cast<int>(layout.num_seqs);
-  std::unique_ptr<Scratch> block_start;
-  if (qb > 0) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
   auto params = [&](int64_t t0, int64_t n) {
     AttnParams p{};
     p.q = q.ptr<float>();
@@ -508,13 +506,14 @@ void attention(const Tensor& q, int64_t heads, const Tensor& k_pages, const Tens
   };
   // Rows outside whole prefill blocks on tensor cores (attention_decode.cu), where it takes
   // them: every such row of the pass alike, so a token has the same bits decoded, verified or
-  // prefilled in a partial block. Only where whole blocks have their tensor-core kernel too and
-  // the pass is in GdnMode::aligned_chunks: a pass without prefill rows (GdnMode::recurrent,
-  // where any split of a prompt must give the same bits; the MTP layer's) or whose blocks no
-  // kernel takes (a group of 5) may be a whole prompt, which the per-token kernel would read
-  // the keys of once a token; those keep the f32 kernels (the tiled one for long runs).
-  const bool decode_mma = layout.gdn_mode == GdnMode::aligned_chunks && mma_takes(hd, group, 1) &&
-                          decode_mma_takes(params(0, T));
+  // prefilled in a partial block. Only in GdnMode::aligned_chunks (decode_mma_takes says which
+  // shapes): a pass without prefill rows (GdnMode::recurrent, where any split of a prompt must
+  // give the same bits; the MTP layer's) may be a whole prompt, whose keys the per-token kernel
+  // would read once a token; it keeps the f32 kernels (the tiled one for long runs).
+  const bool decode_mma =
+      layout.gdn_mode == GdnMode::aligned_chunks && decode_mma_takes(params(0, T));
+  std::unique_ptr<Scratch> block_start;  // (the tiled kernel's only)
+  if (qb > 0 && !decode_mma) block_start = std::make_unique<Scratch>((S + 1) * sizeof(int32_t));
   // Rows [r0, r1) by the per-token (or tiled) kernels and the merge.
   auto split_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = r0; t0 < r1; t0 += chunk) {

@@ -303,6 +303,9 @@ std::pair<DecodeKernel, size_t> decode_variant(int64_t hd) {
 
 bool decode_mma_takes(const AttnParams& p) {
   if (mma_attention_terms() != 1 || !knob_on("HIBANA_CUDA_MMA_DECODE", true)) return false;
+  // Only beside attention_mma.cu's kernel for whole blocks: a shape whose blocks it does not take
+  // (a group of 5 or 6) runs whole prompts through the rows outside blocks.
+  if (!mma_takes(p.hd, p.group, 1)) return false;
   if (p.group < 1 || p.group > 8 || p.ldq % 4 != 0 ||
       reinterpret_cast<uintptr_t>(p.q) % 16 != 0) {
     return false;

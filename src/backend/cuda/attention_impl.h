@@ -67,8 +67,9 @@ void mma_launch(const AttnParams& p, int64_t row0, int64_t rows, int terms, floa
 
 // attention_decode.cu: the rows outside whole prefill blocks on tensor cores (one bf16 term),
 // writing the split kernels' partials for the same merge. decode_mma_takes: whether it serves
-// p's rows (HIBANA_CUDA_MMA_ATTENTION at 1 and HIBANA_CUDA_MMA_DECODE not off, head_dim 64, 128
-// or 256, a group of up to 8, q rows 16-byte aligned, this GPU's shared memory);
+// p's rows (HIBANA_CUDA_MMA_ATTENTION at 1 and HIBANA_CUDA_MMA_DECODE not off, a shape whose
+// whole blocks mma_takes at one term, head_dim 64, 128 or 256, a group of up to 8, q rows
+// 16-byte aligned, this GPU's shared memory);
 // decode_mma_launch: p's t_count tokens from t_begin, a CTA per (token, KV head, split).
 bool decode_mma_takes(const AttnParams& p);
 void decode_mma_launch(const AttnParams& p);

@@ -155,6 +155,27 @@ class CudaAttention : public test::CudaFixture {
     b.v = std::move(v);
     return b;
   }
+  // The GPU's attention over pass `l` (queries q, all's K and V pages) with `rows` set as the
+  // pass's prefill rows (cleared after), gated where `gate` is given: the outputs.
+  std::vector<float> attend_with_blocks(const Tensor& q, int64_t heads, const AttentionBatch& all,
+                                        const BatchLayout& l,
+                                        std::vector<Backend::RowRange> rows,
+                                        const Tensor* gate = nullptr) {
+    Tensor out = device_f32(l.num_tokens, q.shape[1]);
+    gpu->set_prefill_rows(l.num_tokens, std::move(rows));
+    if (gate) {
+      gpu->attention_gated(q, heads, all.kd, all.vd, 0.125f, l, *gate, out);
+    } else {
+      gpu->attention(q, heads, all.kd, all.vd, 0.125f, l, out);
+    }
+    gpu->set_prefill_rows(0, {});
+    return download(out);
+  }
+  // Rows [r0, r1) of x ([rows, width]).
+  static std::vector<float> rows_of(const std::vector<float>& x, int64_t width, int64_t r0,
+                                    int64_t r1) {
+    return std::vector<float>(x.begin() + r0 * width, x.begin() + r1 * width);
+  }
   // Returns the last token's output.
   std::vector<float> check_one_sequence(int64_t heads, int64_t kvh, int64_t hd);
   void check_token_blocks(int64_t heads, int64_t kvh, int64_t hd);
@@ -384,20 +405,12 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
         attention_batch(heads, kvh, hd, s.pages, s.page, 41, layout_of(s, false, whole(s)), dev);
     const int64_t T = s.tokens(), W = heads * hd;
     const std::vector<Backend::RowRange> blocks{{64, 256}, {364, 492}};
-    auto rows_of = [W](const std::vector<float>& x, int64_t b, int64_t e) {
-      return std::vector<float>(x.begin() + b * W, x.begin() + e * W);
+    auto rows = [W](const std::vector<float>& x, int64_t b, int64_t e) {
+      return rows_of(x, W, b, e);
     };
-    auto run = [&](const Tensor& q, const BatchLayout& l, std::vector<Backend::RowRange> rows,
+    auto run = [&](const Tensor& q, const BatchLayout& l, std::vector<Backend::RowRange> ranges,
                    const Tensor* gate = nullptr) {
-      Tensor out = device_f32(l.num_tokens, W);
-      gpu->set_prefill_rows(l.num_tokens, std::move(rows));
-      if (gate) {
-        gpu->attention_gated(q, heads, all.kd, all.vd, 0.125f, l, *gate, out);
-      } else {
-        gpu->attention(q, heads, all.kd, all.vd, 0.125f, l, out);
-      }
-      gpu->set_prefill_rows(0, {});
-      return download(out);
+      return attend_with_blocks(q, heads, all, l, std::move(ranges), gate);
     };
     {
       test::ScopedEnv off("HIBANA_CUDA_MMA_ATTENTION", "0");
@@ -416,11 +429,11 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
       }
       const std::vector<float> got = run(all.qd, dev, blocks);
       for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 64}, {256, 364}, {492, T}})
-        EXPECT_TRUE(same_bits(rows_of(got, b, e), rows_of(all.got, b, e))) << "rows " << b;
+        EXPECT_TRUE(same_bits(rows(got, b, e), rows(all.got, b, e))) << "rows " << b;
       const float bound = terms[0] == '1' ? 3e-2f : 2e-4f;
       for (const Backend::RowRange& r : blocks) {
-        const std::vector<float> mine = rows_of(got, r.begin, r.end);
-        const std::vector<float> split = rows_of(all.got, r.begin, r.end);
+        const std::vector<float> mine = rows(got, r.begin, r.end);
+        const std::vector<float> split = rows(all.got, r.begin, r.end);
         EXPECT_EQ(same_bits(mine, split), !taken) << "rows " << r.begin << ", taken " << taken;
         const float diff = max_abs_diff(mine, split);
         EXPECT_LT(diff, bound) << "rows " << r.begin;
@@ -430,7 +443,7 @@ TEST_F(CudaAttention, PrefillBlocksOnTensorCores) {
       }
       const std::vector<float> alone = run(all.qd.slice_rows(128, 300),
                                            layout_of(s, true, {{0, 128, 172}}), {{0, 128}});
-      EXPECT_TRUE(same_bits(rows_of(alone, 0, 128), rows_of(got, 128, 256))) << "another pass";
+      EXPECT_TRUE(same_bits(rows(alone, 0, 128), rows(got, 128, 256))) << "another pass";
       const std::vector<float> g = randn(T * W, 43);
       const Tensor gd = upload(g.data(), DType::f32, {T, W});
       for (const char* fused : {"0", "1"}) {
@@ -499,24 +512,16 @@ TEST_F(CudaAttention, RowsOutsidePrefillBlocksOnTensorCores) {
         // ungated one times sigmoid(gate).
         const BatchLayout dev = layout_of(b, true, whole(b));
         auto mixed = [&](const Tensor* gate) {
-          Tensor out = device_f32(b.tokens(), row);
-          gpu->set_prefill_rows(b.tokens(), {{14, 270}});
-          if (gate) {
-            gpu->attention_gated(all.qd, heads, all.kd, all.vd, 0.125f, dev, *gate, out);
-          } else {
-            gpu->attention(all.qd, heads, all.kd, all.vd, 0.125f, dev, out);
-          }
-          gpu->set_prefill_rows(0, {});
-          return download(out);
+          return attend_with_blocks(all.qd, heads, all, dev, {{14, 270}}, gate);
         };
-        auto rows_of = [row](const std::vector<float>& x, int64_t r0, int64_t r1) {
-          return std::vector<float>(x.begin() + r0 * row, x.begin() + r1 * row);
+        auto rows = [row](const std::vector<float>& x, int64_t r0, int64_t r1) {
+          return rows_of(x, row, r0, r1);
         };
         const int64_t T = b.tokens();
         const std::vector<float> m = mixed(nullptr);
-        EXPECT_TRUE(same_bits(rows_of(m, 0, 14), rows_of(got, 0, 14))) << "rows before the blocks";
-        EXPECT_TRUE(same_bits(rows_of(m, 270, T), rows_of(got, 270, T))) << "rows after them";
-        EXPECT_LT(max_abs_diff(rows_of(m, 14, 270), rows_of(all.got, 14, 270)), 3e-2f);
+        EXPECT_TRUE(same_bits(rows(m, 0, 14), rows(got, 0, 14))) << "rows before the blocks";
+        EXPECT_TRUE(same_bits(rows(m, 270, T), rows(got, 270, T))) << "rows after them";
+        EXPECT_LT(max_abs_diff(rows(m, 14, 270), rows(all.got, 14, 270)), 3e-2f);
         const std::vector<float> g = randn(T * row, 55);
         const Tensor gd = upload(g.data(), DType::f32, {T, row});
         std::vector<float> want = m;

@@ -86,6 +86,25 @@ def step_groups(path):
     return span, len(step), busy, groups, timeline
 
 
+def between_steps(path):
+    """Each replayed step's period (one embedding launch to the next) and the GPU's idle time
+    between its last kernel's end and the next step's first kernel: what the host's turnaround
+    (the summary's copy back, the next step's inputs and graph launch) costs the GPU. Nsight
+    Systems' API tracing lengthens the host's part somewhat."""
+    ks = rows(path)
+    starts = [i for i, k in enumerate(ks) if "embedding" in k[2]]
+    periods, idles = [], []
+    for a, b in zip(starts, starts[1:]):
+        end = max(s + d for s, d, _, _ in ks[a:b])
+        periods.append(ks[b][0] - ks[a][0])
+        idles.append(ks[b][0] - end)
+    if not periods:
+        return None
+    periods.sort()
+    idles.sort()
+    return len(periods), periods[len(periods) // 2], idles[len(idles) // 2]
+
+
 def compare(a, b):
     """Each group's critical time in build b (the base) and a, largest change first."""
     span_a, n_a, _, ga, _ = a
@@ -126,6 +145,10 @@ def main():
     gaps = sum(g[3] for g in groups.values())
     print(f"one step: {n} kernels, span {span / 1e3:.1f} us, kernel time {busy / 1e3:.1f}"
           f" us (overlap {busy / span:.2f}x), idle gaps {gaps / 1e3:.1f} us")
+    steps = between_steps(a.trace)
+    if steps:
+        print(f"between steps ({steps[0]} periods, medians): period {steps[1] / 1e3:.1f} us, GPU"
+              f" idle from a step's last kernel to the next one's first {steps[2] / 1e3:.1f} us")
     print(f"{'crit us':>9} {'share':>6} {'calls':>5} {'us/call':>8} {'crit/call':>9}"
           f" {'gap/call':>8}  kernel grid")
     for (name, grid), (n, d, c, gp) in sorted(groups.items(), key=lambda kv: -kv[1][2]):

@@ -55,6 +55,10 @@ struct BenchArgs {
   int64_t prompt = 512;
   int64_t chunk = 0;  // prefill passes of this many tokens (0: the whole prompt in one)
   bool whole_logits = false;
+  // Each row's summary as a sampled request asks for it (its k largest entries and sums at
+  // this temperature); the default, k 1 at -1, is a greedy request's.
+  int64_t summary_k = 1;
+  float temperature = -1.0f;
 };
 
 // Weight bytes one decode step of `batch` tokens reads: every dense matrix once, the expected
@@ -84,6 +88,10 @@ int run_decode(const BenchArgs& a) {
   std::printf("model: %s on %s (%d threads)\n", model->source().c_str(),
               model->backend().name().c_str(), default_thread_pool().size());
   std::printf("measured copy bandwidth: %.2f GB/s (read + write)\n", bw / 1e9);
+  if (!a.whole_logits && (a.summary_k != 1 || a.temperature >= 0.0f)) {
+    std::printf("each row's summary: its %lld largest entries, sums at temperature %g\n",
+                static_cast<long long>(a.summary_k), static_cast<double>(a.temperature));
+  }
   std::printf("%6s %8s %12s %14s %12s %10s\n", "batch", "context", "tokens/s", "ms/step",
               "GB/step", "roofline");
   for (int32_t batch : batches) {
@@ -110,8 +118,8 @@ int run_decode(const BenchArgs& a) {
       // --whole-logits, every row whole, as the engine did before summaries).
       ForwardOptions fo;
       if (!a.whole_logits) {
-        fo.summary_k = 1;
-        fo.summary_temperature.assign(static_cast<size_t>(batch), -1.0f);
+        fo.summary_k = a.summary_k;
+        fo.summary_temperature.assign(static_cast<size_t>(batch), a.temperature);
       }
       model->forward(in, pool.views(), fo, out);
     };
@@ -221,6 +229,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   dec->add_option("--steps", d->steps, "timed decode steps (default 8)");
   dec->add_flag("--whole-logits", d->whole_logits,
                 "move every logits row to the host (default: each row's greedy summary)");
+  dec->add_option("--summary-k", d->summary_k,
+                  "entries in each row's summary, as a sampled request's top_k asks (default 1)")
+      ->check(CLI::Range(1, 256));
+  dec->add_option("--temperature", d->temperature,
+                  "the summaries' temperature (default -1: no sums, a greedy request's)");
   dec->callback([&action, d] { action = [d] { return run_decode(*d); }; });
   auto p = std::make_shared<BenchArgs>();
   CLI::App* pre = bench->add_subcommand("prefill", "prefill tokens/s for one prompt");

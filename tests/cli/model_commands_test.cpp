@@ -101,6 +101,25 @@ TEST(BenchCommand, PrefillInPassesOfAChunk) {
   EXPECT_THAT(r.err, HasSubstr("--chunk"));
 }
 
+// `bench decode --summary-k K --temperature T` times the steps as sampled requests' summaries
+// make them (their k largest entries, their sums) and says so; a k the summaries cannot hold is
+// refused.
+TEST(BenchCommand, DecodeWithSampledRequestsSummaries) {
+  const std::string args = "bench decode --device cpu --load-format dummy --config '" +
+                           fixture("qwen3_5_moe") + "/config.json' --context 16 --steps 2";
+  auto r = test::run_hibana(args + " --summary-k 20 --temperature 0.7");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("each row's summary: its 20 largest entries, sums at temperature 0.7"));
+  EXPECT_THAT(r.out, HasSubstr("tokens/s"));
+  r = test::run_hibana(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, testing::Not(HasSubstr("each row's summary")));
+  r = test::run_hibana(args + " --summary-k 257");
+  EXPECT_NE(r.status, 0);  // (CLI11's range check, as for the other ranged options)
+  EXPECT_THAT(r.err, HasSubstr("--summary-k"));
+}
+
 TEST(Errors, BadInputGivesAClearErrorAndExitCode) {
   auto r = test::run_hibana("run --model /nonexistent/model --prompt-ids 1,2");
   EXPECT_NE(r.status, 0);

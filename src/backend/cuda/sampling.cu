@@ -1,263 +1,402 @@
-// Logits summaries (core/logits_summary.h) on the GPU: one CTA per row finds the row's
-// maximum, the sums in double, and its k largest entries by a radix select on order-preserving
-// keys, so that only a few hundred bytes per row cross to the host. The sums come from float
-// exponentials (see below).
+// Logits summaries (core/logits_summary.h) on the GPU, in one launch whose CTAs each take a
+// chunk of kChunk entries of a row (grid chunks x rows: how a row is cut depends on the
+// vocabulary alone, never on the batch). A CTA holds its chunk's keys in shared memory and finds
+// there the chunk's maximum, its sums of exp(l - m) and exp((l - m) / T) relative to its own
+// maximum m (float exponentials summed in double) and its n largest entries, sorted, by a radix
+// select; the row's last CTA to finish (mm::last_to_finish) merges the chunks: the row's
+// maximum, the sums rescaled to it in chunk order (by exp(m - max) in double) and the n largest
+// of the chunks' candidates by a second select. Only a few hundred bytes a row cross to the
+// host. (One CTA a row read the whole row, 608 KB at 152k entries, once for each pass: 17 us
+// at batch 1 for a greedy summary on an H100.)
+#include <algorithm>
 #include <cfloat>
+#include <climits>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/matmul_impl.h"
 #include "backend/cuda/ops.h"
 #include "core/logits_summary.h"
 
 namespace hibana::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 8192;  // entries a CTA takes
+constexpr int kPer = kChunk / kThreads;
 constexpr int kMaxK = 256;
-static_assert(kWarps == 32, "the block scan takes one warp of warp totals");
+constexpr int kMaxChunks = 256;  // (a vocabulary of up to 2M entries)
+static_assert(kMaxK <= kThreads && kMaxChunks <= kChunk / 4, "one thread an entry; sums in key[]");
 
-// Unsigned keys in the order of the floats (-0 as +0, so that equal floats have equal keys).
+// Unsigned keys in the order of the floats (-0 as +0, so that equal floats have equal keys),
+// never 0, which the selects below take for "no entry" (the one float it would be, a NaN with
+// every bit set, takes key 1 with the next NaN).
 __device__ __forceinline__ uint32_t key_of(float x) {
   if (x == 0.0f) x = 0.0f;
   const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  const uint32_t k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return k | static_cast<uint32_t>(k == 0u);
 }
 
-// Block-wide sum in a fixed order (warp shuffles, then warp 0 over the warps' sums).
-__device__ double block_sum(double v, double* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  double total = 0.0;
-  if (warp == 0) {
-    total = lane < kWarps ? scratch[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_down_sync(0xffffffffu, total, o);
-    if (lane == 0) scratch[0] = total;
-  }
-  __syncthreads();
-  return scratch[0];
-}
-
-struct Shared {
-  uint32_t hist[2048];
-  double sums[kWarps];
-  uint32_t best_key[kWarps];
-  int32_t best_id[kWarps];
-  uint32_t warp_count[kWarps];
-  float value[kMaxK];
-  int32_t id[kMaxK];
-  uint32_t bin, above;  // the select's digit and the count above it
-  int taken_gt;
+// What a chunk leaves for the merge: its maximum and sums, and beside these its candidates.
+struct ChunkHead {
+  double a, b;     // sums of exp(l - m) and exp((l - m) / T) over the chunk (0: not asked)
+  float m;         // its maximum (the entry at id)
+  uint32_t key;    // key_of(m)
+  int32_t id;      // the lowest token holding it
+  int32_t count;   // candidates: its min(n, length) largest entries, sorted
 };
 
-__global__ void __launch_bounds__(kThreads)
-    summary_kernel(const float* logits, int64_t ld, int64_t V, const float* temperature, int k,
-                   int32_t* out) {
-  pdl_start();
-  __shared__ Shared sh;
-  const int64_t r = blockIdx.x;
-  const float* l = logits + r * ld;
-  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const int n = static_cast<int>(V < k ? V : k);
+// Rows whose temperatures travel in the launch's arguments (more: a copy to the GPU first, a
+// node between the lm_head and this kernel that cost 6.5 us of idle GPU a step at batch 1).
+constexpr int kInlineRows = 64;
 
-  // The maximum (the lowest index among equals).
-  uint32_t bk = 0;
-  int32_t bi = INT32_MAX;
-#pragma unroll 8
-  for (int64_t v = t; v < V; v += kThreads) {
-    const uint32_t kv = key_of(__ldg(l + v));
-    if (kv > bk) {
-      bk = kv;
-      bi = static_cast<int32_t>(v);
-    }
-  }
+struct SummaryArgs {
+  const float* logits;
+  int64_t ld, V;
+  const float* temperature;  // [rows], or null: temps
+  float temps[kInlineRows];
+  int k, chunks;
+  ChunkHead* heads;  // [rows, chunks]
+  float* cval;       // [rows, chunks, n] the candidates' values and tokens
+  int32_t* cid;
+  int* counters;  // [rows], zero
+  int32_t* out;
+};
+
+struct Shared {
+  uint32_t key[kChunk];  // the chunk's keys; in the merge, the chunks' rescaled sums
+  uint32_t hist[2048];
+  int sel[kMaxK];
+  uint32_t skey[kMaxK];
+  int32_t sid[kMaxK];
+  double sums[kWarps];
+  uint32_t wkey[kWarps], warp_count[kWarps];
+  int32_t wid[kWarps];
+  uint32_t bin, above;
+  int taken;
+};
+
+// Block-wide sum in a fixed order (warp shuffles, then the warps' sums in warp order).
+__device__ double block_sum(double v, double* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+// The largest key over the block, the lowest id among equals (every thread gets it).
+__device__ void block_best(uint32_t& bk, int& bi, Shared& sh) {
   for (int o = 16; o > 0; o >>= 1) {
     const uint32_t ok = __shfl_down_sync(0xffffffffu, bk, o);
-    const int32_t oi = __shfl_down_sync(0xffffffffu, bi, o);
+    const int oi = __shfl_down_sync(0xffffffffu, bi, o);
     if (ok > bk || (ok == bk && oi < bi)) {
       bk = ok;
       bi = oi;
     }
   }
-  if (lane == 0) {
-    sh.best_key[warp] = bk;
-    sh.best_id[warp] = bi;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    sh.wkey[threadIdx.x / 32] = bk;
+    sh.wid[threadIdx.x / 32] = bi;
   }
   __syncthreads();
-  if (t == 0) {
-    for (int w = 1; w < kWarps; ++w) {
-      if (sh.best_key[w] > sh.best_key[0] ||
-          (sh.best_key[w] == sh.best_key[0] && sh.best_id[w] < sh.best_id[0])) {
-        sh.best_key[0] = sh.best_key[w];
-        sh.best_id[0] = sh.best_id[w];
-      }
+  bk = sh.wkey[0];
+  bi = sh.wid[0];
+  for (int w = 1; w < kWarps; ++w) {
+    if (sh.wkey[w] > bk || (sh.wkey[w] == bk && sh.wid[w] < bi)) {
+      bk = sh.wkey[w];
+      bi = sh.wid[w];
     }
   }
-  __syncthreads();
-  const int32_t arg = sh.best_id[0];
-  const float mx = l[arg];
+}
 
-  const float temp = temperature[r];
-  double sum1 = 0.0, sumt = 0.0;
-  if (temp >= 0.0f) {
-    // Float exponentials (a double one per entry would cost a single CTA ~250 us on a 152k
-    // vocabulary), summed in double: relative error ~1e-7 against summarise_row.
-    const float inv_t = temp > 0.0f ? 1.0f / temp : 0.0f;
-    double a = 0.0, b = 0.0;
-    for (int64_t v = t; v < V; v += kThreads) {
-      const float d = __ldg(l + v) - mx;
-      a += expf(d);
-      if (temp > 0.0f) b += expf(d * inv_t);
-    }
-    sum1 = block_sum(a, sh.sums);
-    if (temp > 0.0f) sumt = block_sum(b, sh.sums);
+// A chunk's keys in shared memory.
+struct SharedKeys {
+  const uint32_t* key;
+  int n;
+  __device__ int size() const { return n; }
+  __device__ uint32_t operator()(int i) const { return key[i]; }
+};
+// The merge's candidates in global memory: chunk i / per's entry i % per, where it has one
+// (key 0 where not).
+struct CandidateKeys {
+  const float* val;
+  const ChunkHead* heads;
+  int per, n;
+  __device__ int size() const { return n; }
+  __device__ uint32_t operator()(int i) const {
+    return i % per < __ldcg(&heads[i / per].count) ? key_of(__ldcg(val + i)) : 0u;
   }
+};
 
-  int32_t* o = out + r * summary_words(k);
-  if (n == 1) {
-    if (t == 0) {
-      sh.value[0] = mx;
-      sh.id[0] = arg;
-    }
-  } else {
-    // The n-th largest key, 11 + 11 + 10 bits at a time: `prefix` holds the digits found so
-    // far, `need` how many of the n are still to come from keys that start with it.
-    uint32_t prefix = 0, mask = 0;
-    int need = n;
-    const int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
-    for (int pass = 0; pass < 3; ++pass) {
-      const int nb = 1 << bits[pass], shift = shifts[pass];
-      for (int i = t; i < 2048; i += kThreads) sh.hist[i] = 0;
-      __syncthreads();
-      // Read-only global loads (__ldg) cannot alias the shared histogram, so they need not
-      // wait for the atomics before them: several iterations' loads are in flight.
+// The n-th largest key of `keys` (n at most their count of nonzero keys), 11 + 11 + 10 bits at a
+// time, and how many of the n are equal to it (`need`).
+template <class Keys>
+__device__ void radix_select(const Keys& keys, int n, Shared& sh, uint32_t& threshold,
+                             int& need) {
+  const int t = threadIdx.x, lane = t % 32;
+  uint32_t prefix = 0, mask = 0;
+  need = n;
+  const int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
+  for (int pass = 0; pass < 3; ++pass) {
+    const int nb = 1 << bits[pass], shift = shifts[pass];
+    for (int i = t; i < 2048; i += kThreads) sh.hist[i] = 0;
+    __syncthreads();
 #pragma unroll 4
-      for (int64_t v = t; v < V; v += kThreads) {
-        const uint32_t kv = key_of(__ldg(l + v));
-        if ((kv & mask) == prefix) atomicAdd(&sh.hist[(kv >> shift) & (nb - 1)], 1u);
-      }
-      __syncthreads();
-      if (warp == 0) {
-        // Lane j sums its run of bins from the top; the lane where the running count reaches
-        // `need` walks its run.
-        const int per = nb / 32;
-        const int hi = nb - 1 - lane * per;  // this lane's bins: hi down to hi - per + 1
-        uint32_t mine = 0;
-        for (int i = 0; i < per; ++i) mine += sh.hist[hi - i];
-        uint32_t before = mine;  // inclusive scan over lanes (from the top)
-        for (int d = 1; d < 32; d <<= 1) {
-          const uint32_t x = __shfl_up_sync(0xffffffffu, before, d);
-          if (lane >= d) before += x;
-        }
-        before -= mine;  // exclusive
-        if (before < static_cast<uint32_t>(need) && before + mine >= static_cast<uint32_t>(need)) {
-          uint32_t acc = before;
-          for (int i = 0; i < per; ++i) {
-            const uint32_t c = sh.hist[hi - i];
-            if (acc + c >= static_cast<uint32_t>(need)) {
-              sh.bin = static_cast<uint32_t>(hi - i);
-              sh.above = acc;
-              break;
-            }
-            acc += c;
-          }
-        }
-      }
-      __syncthreads();
-      prefix |= sh.bin << shift;
-      mask |= static_cast<uint32_t>(nb - 1) << shift;
-      need -= static_cast<int>(sh.above);
-      __syncthreads();
+    for (int i = t; i < keys.size(); i += kThreads) {
+      const uint32_t kv = keys(i);
+      if (kv != 0u && (kv & mask) == prefix) atomicAdd(&sh.hist[(kv >> shift) & (nb - 1)], 1u);
     }
-    // prefix is the n-th largest key: take every larger key (fewer than n) and the first
-    // `need` equal ones in token order. Warp w owns a contiguous chunk of the row and walks it
-    // 32 consecutive entries at a time (coalesced), so token order among the equal keys is
-    // warp order, then step order, then lane order: a first pass counts each chunk's equal
-    // keys, a scan over the 32 warp totals gives every chunk its first rank, and a second
-    // pass writes — the equal keys ranked by ballots, the larger ones into slots taken by
-    // atomic increments (their order does not matter: the entries are placed by value and
-    // id below). No barrier in either loop (one barrier per 1024 entries made this ~150
-    // rounds of four barriers per row).
-    const uint32_t threshold = prefix;
-    const int greater = n - need;
-    const int64_t chunk = (V + kWarps * 32 - 1) / (kWarps * 32) * 32;  // a multiple of 32
-    const int64_t lo = warp * chunk < V ? warp * chunk : V, hi = lo + chunk < V ? lo + chunk : V;
-    uint32_t eq_here = 0;
-#pragma unroll 8
-    for (int64_t v = lo + lane; v < hi; v += 32) eq_here += key_of(__ldg(l + v)) == threshold;
-    for (int o = 16; o > 0; o >>= 1) eq_here += __shfl_xor_sync(0xffffffffu, eq_here, o);
-    if (lane == 0) sh.warp_count[warp] = eq_here;
-    if (t == 0) sh.taken_gt = 0;
     __syncthreads();
-    if (warp == 0) {  // exclusive scan of the warps' counts, in warp order
-      const uint32_t w = sh.warp_count[lane];
-      uint32_t wi = w;
+    if (t < 32) {
+      // Lane j sums its run of bins from the top; the lane where the running count reaches
+      // `need` walks its run.
+      const int per = nb / 32;
+      const int hi = nb - 1 - lane * per;  // this lane's bins: hi down to hi - per + 1
+      uint32_t mine = 0;
+      for (int i = 0; i < per; ++i) mine += sh.hist[hi - i];
+      uint32_t before = mine;  // inclusive scan over lanes (from the top)
       for (int d = 1; d < 32; d <<= 1) {
-        const uint32_t x = __shfl_up_sync(0xffffffffu, wi, d);
-        if (lane >= d) wi += x;
+        const uint32_t x = __shfl_up_sync(0xffffffffu, before, d);
+        if (lane >= d) before += x;
       }
-      sh.warp_count[lane] = wi - w;
+      before -= mine;  // exclusive
+      if (before < static_cast<uint32_t>(need) && before + mine >= static_cast<uint32_t>(need)) {
+        uint32_t acc = before;
+        for (int i = 0; i < per; ++i) {
+          const uint32_t c = sh.hist[hi - i];
+          if (acc + c >= static_cast<uint32_t>(need)) {
+            sh.bin = static_cast<uint32_t>(hi - i);
+            sh.above = acc;
+            break;
+          }
+          acc += c;
+        }
+      }
     }
     __syncthreads();
-    uint32_t rank = sh.warp_count[warp];  // equal keys before this step of this chunk
-    const uint32_t below = (1u << lane) - 1u;
-    constexpr int kSteps = 8;  // steps loaded before any is used (the writes below are to
-                               // shared memory, which a generic load could alias)
-    for (int64_t base = lo; base < hi; base += 32 * kSteps) {  // the same trips on every lane
-      float x[kSteps];
-#pragma unroll
-      for (int q = 0; q < kSteps; ++q) {
-        const int64_t v = base + 32 * q + lane;
-        x[q] = v < hi ? __ldg(l + v) : 0.0f;
-      }
-#pragma unroll
-      for (int q = 0; q < kSteps; ++q) {
-        const int64_t v = base + 32 * q + lane;
-        const uint32_t kv = key_of(x[q]);
-        const bool in = v < hi, eq = in && kv == threshold;
-        const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
-        if (in && kv > threshold) {
-          const int at = atomicAdd(&sh.taken_gt, 1);
-          sh.value[at] = x[q];
-          sh.id[at] = static_cast<int32_t>(v);
-        } else if (eq) {
-          const uint32_t r = rank + __popc(ballot & below);
-          if (r < static_cast<uint32_t>(need)) {
-            sh.value[greater + r] = x[q];
-            sh.id[greater + r] = static_cast<int32_t>(v);
-          }
-        }
-        rank += __popc(ballot);
-      }
+    prefix |= sh.bin << shift;
+    mask |= static_cast<uint32_t>(nb - 1) << shift;
+    need -= static_cast<int>(sh.above);
+    __syncthreads();
+  }
+  threshold = prefix;
+}
+
+// The n entries at or above the threshold into sh.sel (their indices): every larger key (n -
+// need of them, in any order) and the first `need` equal ones in index order. Warp w walks a
+// contiguous region of the indices 32 consecutive ones at a time, so among equal keys index
+// order is warp order, then step order, then lane order: a first pass counts each region's
+// equal keys, a scan over the warps' totals gives each region its first rank, and a second pass
+// writes — equal keys ranked by ballots, larger ones into slots taken by atomic increments.
+template <class Keys>
+__device__ void gather(const Keys& keys, uint32_t threshold, int n, int need, Shared& sh) {
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, size = keys.size();
+  const int region = (size + kThreads - 1) / kThreads * 32;  // a multiple of 32
+  const int lo = min(warp * region, size), hi = min(lo + region, size);
+  uint32_t eq_here = 0;
+  for (int i = lo + lane; i < hi; i += 32) eq_here += keys(i) == threshold;
+  for (int o = 16; o > 0; o >>= 1) eq_here += __shfl_xor_sync(0xffffffffu, eq_here, o);
+  if (lane == 0) sh.warp_count[warp] = eq_here;
+  if (t == 0) sh.taken = 0;
+  __syncthreads();
+  uint32_t rank = 0;  // equal keys before this region
+  for (int w = 0; w < warp; ++w) rank += sh.warp_count[w];
+  const uint32_t below = (1u << lane) - 1u;
+  const int greater = n - need;
+  for (int base = lo; base < hi; base += 32) {  // the same trips on every lane
+    const int i = base + lane;
+    const bool in = i < hi;
+    const uint32_t kv = in ? keys(i) : 0u;
+    const bool eq = in && kv == threshold;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+    if (in && kv > threshold) {
+      sh.sel[atomicAdd(&sh.taken, 1)] = i;
+    } else if (eq) {
+      const uint32_t r = rank + __popc(ballot & below);
+      if (r < static_cast<uint32_t>(need)) sh.sel[greater + r] = i;
     }
+    rank += __popc(ballot);
   }
   __syncthreads();
-  // Each entry's place: how many entries come before it (larger value, or equal and lower id).
+}
+
+// The n largest entries of `keys` (n at most their nonzero count), sorted: thread t < n gets
+// its entry's index into keys and its place; ids(i) is entry i's token (ties to the lower).
+template <class Keys, class Ids>
+__device__ int top_n(const Keys& keys, const Ids& ids, int n, Shared& sh, int& index) {
+  uint32_t threshold;
+  int need;
+  radix_select(keys, n, sh, threshold, need);
+  gather(keys, threshold, n, need, sh);
+  const int t = threadIdx.x;
   if (t < n) {
-    const uint32_t kv = key_of(sh.value[t]);
-    const int32_t id = sh.id[t];
-    int place = 0;
-    for (int j = 0; j < n; ++j) {
-      const uint32_t kj = key_of(sh.value[j]);
-      place += kj > kv || (kj == kv && sh.id[j] < id);
-    }
-    o[8 + place] = __float_as_int(sh.value[t]);
-    o[8 + k + place] = id;
+    index = sh.sel[t];
+    sh.skey[t] = keys(index);
+    sh.sid[t] = ids(index);
   }
+  __syncthreads();
+  int place = 0;
+  if (t < n) {
+    const uint32_t kv = sh.skey[t];
+    const int32_t id = sh.sid[t];
+    for (int j = 0; j < n; ++j) {
+      place += sh.skey[j] > kv || (sh.skey[j] == kv && sh.sid[j] < id);
+    }
+  }
+  return place;
+}
+
+struct ChunkIds {
+  int64_t lo;
+  __device__ int32_t operator()(int i) const { return static_cast<int32_t>(lo + i); }
+};
+struct CandidateIds {
+  const int32_t* id;
+  __device__ int32_t operator()(int i) const { return __ldcg(id + i); }
+};
+
+// The row's last CTA: the chunks' heads and candidates into the row's summary.
+__device__ void merge_chunks(const SummaryArgs& s, int64_t r, int n, float temp, Shared& sh) {
+  const int t = threadIdx.x, C = s.chunks;
+  const ChunkHead* heads = s.heads + r * C;
+  uint32_t bk = 0;
+  int bi = INT_MAX;
+  for (int c = t; c < C; c += kThreads) {
+    const uint32_t kv = __ldcg(&heads[c].key);
+    const int id = __ldcg(&heads[c].id);
+    if (kv > bk || (kv == bk && id < bi)) {
+      bk = kv;
+      bi = id;
+    }
+  }
+  block_best(bk, bi, sh);
+  if (bi == INT_MAX) bi = 0;  // (every key 0)
+  const float mx = __ldcg(&heads[bi / kChunk].m);
+  // The sums rescaled to the row's maximum, added in chunk order (a chunk of -inf adds 0; a
+  // row of -inf alone gives NaN, as exp(-inf - -inf) does on the host).
+  double* s1 = reinterpret_cast<double*>(sh.key);
+  double* st = s1 + kMaxChunks;
+  const double inv_t = temp > 0.0f ? 1.0 / static_cast<double>(temp) : 0.0;
+  for (int c = t; c < C && temp >= 0.0f; c += kThreads) {
+    const double a = __ldcg(&heads[c].a), b = __ldcg(&heads[c].b);
+    const double d = static_cast<double>(__ldcg(&heads[c].m)) - mx;
+    s1[c] = a == 0.0 ? 0.0 : a * exp(d);
+    st[c] = b == 0.0 ? 0.0 : b * exp(d * inv_t);
+  }
+  __syncthreads();
+  int32_t* o = s.out + r * summary_words(s.k);
   if (t == 0) {
-    const long long s1 = __double_as_longlong(sum1), st = __double_as_longlong(sumt);
-    o[0] = static_cast<int32_t>(s1 & 0xffffffffll);
-    o[1] = static_cast<int32_t>(s1 >> 32);
-    o[2] = static_cast<int32_t>(st & 0xffffffffll);
-    o[3] = static_cast<int32_t>(st >> 32);
+    double sum1 = 0.0, sumt = 0.0;
+    for (int c = 0; c < C && temp >= 0.0f; ++c) {
+      sum1 += s1[c];
+      if (temp > 0.0f) sumt += st[c];
+    }
+    if (temp >= 0.0f && mx == -INFINITY) sum1 = sumt = NAN;
+    if (temp == 0.0f) sumt = 0.0;
+    const long long w1 = __double_as_longlong(sum1), wt = __double_as_longlong(sumt);
+    o[0] = static_cast<int32_t>(w1 & 0xffffffffll);
+    o[1] = static_cast<int32_t>(w1 >> 32);
+    o[2] = static_cast<int32_t>(wt & 0xffffffffll);
+    o[3] = static_cast<int32_t>(wt >> 32);
     o[4] = __float_as_int(mx);
     o[5] = n;
     o[6] = o[7] = 0;
   }
+  if (n == 1) {
+    if (t == 0) {
+      o[8] = __float_as_int(mx);
+      o[8 + s.k] = bi;
+    }
+    return;
+  }
+  const int64_t base = r * C * n;
+  int index = 0;
+  const int place = top_n(CandidateKeys{s.cval + base, heads, n, C * n},
+                          CandidateIds{s.cid + base}, n, sh, index);
+  if (t < n) {
+    o[8 + place] = __float_as_int(__ldcg(s.cval + base + index));
+    o[8 + s.k + place] = sh.sid[t];
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) summary_kernel(SummaryArgs s) {
+  __shared__ Shared sh;
+  pdl_start();
+  const int c = blockIdx.x, t = threadIdx.x;
+  const int64_t r = blockIdx.y, lo = static_cast<int64_t>(c) * kChunk;
+  const float* l = s.logits + r * s.ld;
+  const int len = static_cast<int>(s.V - lo < kChunk ? s.V - lo : kChunk);
+  const int n = static_cast<int>(s.V < s.k ? s.V : s.k);
+  const float temp = s.temperature ? s.temperature[r] : s.temps[r];
+
+  // The chunk's entries (every load issued before any is used), their keys into shared memory,
+  // and the chunk's largest entry, the lowest token among equals.
+  float x[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = t + j * kThreads;
+    x[j] = i < len ? __ldg(l + lo + i) : 0.0f;
+  }
+  uint32_t bk = 0;
+  int bi = INT_MAX;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = t + j * kThreads;
+    if (i < len) {
+      const uint32_t kv = key_of(x[j]);
+      sh.key[i] = kv;
+      if (kv > bk) {
+        bk = kv;
+        bi = i;
+      }
+    }
+  }
+  block_best(bk, bi, sh);
+  if (bi == INT_MAX) bi = 0;  // (every key 0)
+  const float m = l[lo + bi];
+
+  // Its sums relative to its own maximum (a chunk of -inf adds nothing).
+  double a = 0.0, b = 0.0;
+  if (temp >= 0.0f) {
+    const float inv_t = temp > 0.0f ? 1.0f / temp : 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (t + j * kThreads < len) {
+          const float d = x[j] - m;
+          a += expf(d);
+          if (temp > 0.0f) b += expf(d * inv_t);
+        }
+      }
+    }
+    a = block_sum(a, sh.sums);
+    if (temp > 0.0f) b = block_sum(b, sh.sums);
+  }
+
+  // Its min(n, len) largest entries, sorted, as candidates (n 1: the maximum, in the head).
+  const int nc = min(n, len);
+  ChunkHead* head = s.heads + r * s.chunks + c;
+  if (n > 1) {
+    int index = 0;
+    const int place = top_n(SharedKeys{sh.key, len}, ChunkIds{lo}, nc, sh, index);
+    if (t < nc) {
+      const int64_t at = (r * s.chunks + c) * n + place;
+      s.cval[at] = l[lo + index];
+      s.cid[at] = static_cast<int32_t>(lo + index);
+    }
+  }
+  if (t == 0) *head = ChunkHead{a, b, m, bk, static_cast<int32_t>(lo + bi), nc};
+  if (!mm::last_to_finish(s.counters + r, s.chunks)) return;
+  merge_chunks(s, r, n, temp, sh);
 }
 
 // The penalised entries of row blockIdx.x (the row itself copied before): penalise_rows'
@@ -314,12 +453,35 @@ void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
             out.shape[0] == R && out.shape[1] == summary_words(k) &&
             static_cast<int64_t>(temperature.size()) == R && k >= 1 && k <= kMaxK && V >= 1,
         ErrorKind::internal, "logits_summary: shapes");
+  check(V <= static_cast<int64_t>(kMaxChunks) * kChunk && R <= 65535, ErrorKind::unsupported,
+        "CUDA logits summaries: at most 2M entries a row and 65535 rows");
   if (R == 0) return;
-  Scratch temps(static_cast<size_t>(R) * sizeof(float));
-  HIBANA_CUDA(cudaMemcpyAsync(temps.as<float>(), temperature.data(), R * sizeof(float),
-                              cudaMemcpyHostToDevice, stream()));
-  launch_pdl(summary_kernel, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, logits.ptr<float>(),
-             ld(logits), V, temps.as<float>(), static_cast<int>(k), out.ptr<int32_t>());
+  const int64_t chunks = (V + kChunk - 1) / kChunk, n = std::min(k, V);
+  const size_t heads_b = static_cast<size_t>(R * chunks) * sizeof(ChunkHead);
+  const size_t cand_b = static_cast<size_t>(R * chunks * n) * sizeof(float);
+  Scratch scratch(heads_b + 2 * cand_b);
+  std::unique_ptr<Scratch> temps;
+  SummaryArgs s{};
+  s.logits = logits.ptr<float>();
+  s.ld = ld(logits);
+  s.V = V;
+  if (R <= kInlineRows) {
+    std::copy(temperature.begin(), temperature.end(), s.temps);
+  } else {
+    temps = std::make_unique<Scratch>(static_cast<size_t>(R) * sizeof(float));
+    HIBANA_CUDA(cudaMemcpyAsync(temps->as<float>(), temperature.data(), R * sizeof(float),
+                                cudaMemcpyHostToDevice, stream()));
+    s.temperature = temps->as<float>();
+  }
+  s.k = static_cast<int>(k);
+  s.chunks = static_cast<int>(chunks);
+  s.heads = scratch.as<ChunkHead>();
+  s.cval = reinterpret_cast<float*>(scratch.as<char>() + heads_b);
+  s.cid = reinterpret_cast<int32_t*>(scratch.as<char>() + heads_b + cand_b);
+  s.counters = mm::finish_counters(static_cast<size_t>(R));
+  s.out = out.ptr<int32_t>();
+  launch_pdl(summary_kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(R)),
+             dim3(kThreads), 0, s);
   launched("summary_kernel");
 }
 

@@ -60,6 +60,12 @@ class NsysStep(unittest.TestCase):
         self.assertEqual(gaps["moe_combine_kernel"], 500)
         self.assertEqual(sum(crit.values()) + sum(gaps.values()), span)
 
+    def test_the_idle_time_between_steps_is_from_a_steps_last_kernel_to_the_next_embedding(self):
+        # The warm-up step's embedding ends at 100, the step starts at 1000: one period of
+        # 1000 ns, 900 of them idle; a lone step has no period.
+        self.assertEqual(nsys_step.between_steps(self.base), (1, 1000, 900))
+        self.assertIsNone(nsys_step.between_steps(self.slower))
+
     def test_the_comparison_puts_the_kernel_that_changed_first(self):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

@@ -12,9 +12,10 @@
 # figures, 20's prefill), `22` (the call after 21: 4096-token prefill passes, then 18), `23` (21's
 # tests, the experts' Nsight Compute, memcheck and 4096-token passes on any GPU), `31` (first:
 # every test on this tree, two-term expert rows against three), `33` (every test, the tiled
-# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice), `36` (first
-# after the forty-first slice: every test, the timeline, the new attention's profile). The calls
-# already run are in git history (9742c14 has the fortieth slice's 34 and 121d7c5 its 35,
+# kernel's empty token tiles skipped against run; ran in the thirty-ninth slice), `37` (first
+# after the forty-second slice: every test, the chunked summaries timed, the split). The calls
+# already run are in git history (8b5f87f has the forty-second slice's 36, 9742c14 the fortieth
+# slice's 34 and 121d7c5 its 35,
 # 7c95594 the thirty-ninth slice's 32, c5a4f25 the
 # thirty-eighth slice's 29 and 30, 9c77857 its 27 and 28, d723e6a the thirty-seventh slice's
 # 24-26, 5675f6a 1-13, 450dc27 14-19, c91cf02 9 and 11, fd0689d
@@ -320,19 +321,33 @@ prefill17() {
   done
 }
 
-# Any GPU, first in the session after the forty-first slice: every CUDA test on this tree (86b1c5a
-# and the merge's one-round-trip form never ran on a GPU), the 80B's batch-1 timeline, then
-# Nsight Compute of the tensor-core decode attention, its merge and the MoE combine (never
-# profiled).
-call36() {
+# Any GPU, first after the forty-second slice: every CUDA test on this tree (8b5f87f's chunked
+# logits summaries never ran on a GPU; CudaSampling.* is their test), then the summaries
+# against the one-CTA kernel, greedy and as a sampled request's (k 20 at 0.7), two rounds: `old`
+# is this tree with 8b5f87f^'s sampling.cu, built here as
+#   git show 8b5f87f^:src/backend/cuda/sampling.cu >src/backend/cuda/sampling.cu &&
+#   TESTS=1 EDITS=old tools/gpu/prebuild.sh && git checkout src/backend/cuda/sampling.cu &&
+#   TESTS=1 EDITS=orig tools/gpu/prebuild.sh
+# then the 80B's timeline (nsys_step.py now prints the GPU's idle time between steps: the host's
+# turnaround) and the decode attention's split at 128, 64 and 32 with the tensor-core kernel.
+call37() {
   use_prebuilt orig || return 1
   timeout 170 tools/gpu/check.sh tests 2>&1 | tail -4
-  LINES_SHOWN=24 timeout 100 tools/gpu/check.sh timeline 2>&1 | sed -n 1,24p
-  local k
-  for k in decode_mma_kernel attention_merge_kernel combine_add_norm_split_kernel; do
-    NCU_TIMEOUT=100 ncu_stalls "$k" "$k" $B/hibana bench decode --device cuda --load-format dummy \
-      --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1 --context 4096
+  local r b a
+  for r in 1 2; do
+    for b in old orig; do
+      for a in "" "--summary-k 20 --temperature 0.7"; do
+        echo "$b ${a:-greedy}"
+        timeout 60 .prebuilt/$b/hibana bench decode --device cuda --load-format dummy \
+          --config bench/configs/qwen3-next-80b-a3b.json --dtype fp8 --batch 1,8 --context 4096 \
+          --steps 24 $a 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ "
+      done
+    done
   done
+  LINES_SHOWN=4 timeout 100 tools/gpu/check.sh timeline 2>&1 | head -6
+  KNOB=HIBANA_CUDA_ATTENTION_SPLIT VALUES="128 64 32" ROUNDS=2 BATCHES=1,8 \
+    CONFIGS="qwen3-next-80b-a3b:fp8 qwen3-8b:bf16" timeout 240 tools/gpu/check.sh sweep 2>&1 |
+    tail -10
 }
 
 case "${1:-}" in
@@ -352,6 +367,6 @@ case "${1:-}" in
   23) call23 ;;
   31) call31 ;;
   33) call33 ;;
-  36) call36 ;;
-  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|36" >&2; exit 2 ;;
+  37) call37 ;;
+  *) echo "usage: $0 4|5|6|8|10|15|16|17|18|19|20|21|22|23|31|33|37" >&2; exit 2 ;;
 esac

@@ -41,13 +41,13 @@ __device__ __forceinline__ uint32_t key_of(float x) {
   return k | static_cast<uint32_t>(k == 0u);
 }
 
-// What a chunk leaves for the merge: its maximum and sums, and beside these its candidates.
+// What a chunk leaves for the merge: its maximum and sums, and beside these its candidates,
+// its min(n, length) largest entries, sorted (SummaryArgs::ckey, cid).
 struct ChunkHead {
   double a, b;     // sums of exp(l - m) and exp((l - m) / T) over the chunk (0: not asked)
   float m;         // its maximum (the entry at id)
   uint32_t key;    // key_of(m)
   int32_t id;      // the lowest token holding it
-  int32_t count;   // candidates: its min(n, length) largest entries, sorted
 };
 
 // Rows whose temperatures travel in the launch's arguments (more: a copy to the GPU first, a
@@ -61,7 +61,7 @@ struct SummaryArgs {
   float temps[kInlineRows];
   int k, chunks;
   ChunkHead* heads;  // [rows, chunks]
-  float* cval;       // [rows, chunks, n] the candidates' values and tokens
+  uint32_t* ckey;    // [rows, chunks, n] the candidates' keys (0: an empty slot) and tokens
   int32_t* cid;
   int* counters;  // [rows], zero
   int32_t* out;
@@ -124,16 +124,13 @@ struct SharedKeys {
   __device__ int size() const { return n; }
   __device__ uint32_t operator()(int i) const { return key[i]; }
 };
-// The merge's candidates in global memory: chunk i / per's entry i % per, where it has one
-// (key 0 where not).
+// The merge's candidates in global memory, written by the row's other CTAs (key 0: an empty
+// slot).
 struct CandidateKeys {
-  const float* val;
-  const ChunkHead* heads;
-  int per, n;
+  const uint32_t* key;
+  int n;
   __device__ int size() const { return n; }
-  __device__ uint32_t operator()(int i) const {
-    return i % per < __ldcg(&heads[i / per].count) ? key_of(__ldcg(val + i)) : 0u;
-  }
+  __device__ uint32_t operator()(int i) const { return __ldcg(key + i); }
 };
 
 // The n-th largest key of `keys` (n at most their count of nonzero keys), 11 + 11 + 10 bits at a
@@ -229,18 +226,18 @@ __device__ void gather(const Keys& keys, uint32_t threshold, int n, int need, Sh
 }
 
 // The n largest entries of `keys` (n at most their nonzero count), sorted: thread t < n gets
-// its entry's index into keys and its place; ids(i) is entry i's token (ties to the lower).
+// its entry's key and token in sh.skey[t], sh.sid[t], and its place; ids(i) is entry i's token
+// (ties to the lower).
 template <class Keys, class Ids>
-__device__ int top_n(const Keys& keys, const Ids& ids, int n, Shared& sh, int& index) {
+__device__ int top_n(const Keys& keys, const Ids& ids, int n, Shared& sh) {
   uint32_t threshold;
   int need;
   radix_select(keys, n, sh, threshold, need);
   gather(keys, threshold, n, need, sh);
   const int t = threadIdx.x;
   if (t < n) {
-    index = sh.sel[t];
-    sh.skey[t] = keys(index);
-    sh.sid[t] = ids(index);
+    sh.skey[t] = keys(sh.sel[t]);
+    sh.sid[t] = ids(sh.sel[t]);
   }
   __syncthreads();
   int place = 0;
@@ -318,11 +315,9 @@ __device__ void merge_chunks(const SummaryArgs& s, int64_t r, int n, float temp,
     return;
   }
   const int64_t base = r * C * n;
-  int index = 0;
-  const int place = top_n(CandidateKeys{s.cval + base, heads, n, C * n},
-                          CandidateIds{s.cid + base}, n, sh, index);
+  const int place = top_n(CandidateKeys{s.ckey + base, C * n}, CandidateIds{s.cid + base}, n, sh);
   if (t < n) {
-    o[8 + place] = __float_as_int(__ldcg(s.cval + base + index));
+    o[8 + place] = __float_as_int(s.logits[r * s.ld + sh.sid[t]]);
     o[8 + s.k + place] = sh.sid[t];
   }
 }
@@ -381,19 +376,20 @@ __global__ void __launch_bounds__(kThreads) summary_kernel(SummaryArgs s) {
     if (temp > 0.0f) b = block_sum(b, sh.sums);
   }
 
-  // Its min(n, len) largest entries, sorted, as candidates (n 1: the maximum, in the head).
+  // Its min(n, len) largest entries, sorted, as candidates, key 0 in the slots past them (n 1:
+  // the maximum, in the head).
   const int nc = min(n, len);
-  ChunkHead* head = s.heads + r * s.chunks + c;
   if (n > 1) {
-    int index = 0;
-    const int place = top_n(SharedKeys{sh.key, len}, ChunkIds{lo}, nc, sh, index);
+    const int place = top_n(SharedKeys{sh.key, len}, ChunkIds{lo}, nc, sh);
+    const int64_t slots = (r * s.chunks + c) * n;
     if (t < nc) {
-      const int64_t at = (r * s.chunks + c) * n + place;
-      s.cval[at] = l[lo + index];
-      s.cid[at] = static_cast<int32_t>(lo + index);
+      s.ckey[slots + place] = sh.skey[t];
+      s.cid[slots + place] = sh.sid[t];
+    } else if (t < n) {
+      s.ckey[slots + t] = 0u;
     }
   }
-  if (t == 0) *head = ChunkHead{a, b, m, bk, static_cast<int32_t>(lo + bi), nc};
+  if (t == 0) s.heads[r * s.chunks + c] = ChunkHead{a, b, m, bk, static_cast<int32_t>(lo + bi)};
   if (!mm::last_to_finish(s.counters + r, s.chunks)) return;
   merge_chunks(s, r, n, temp, sh);
 }
@@ -457,7 +453,7 @@ void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
   if (R == 0) return;
   const int64_t chunks = (V + kChunk - 1) / kChunk, n = std::min(k, V);
   const size_t heads_b = static_cast<size_t>(R * chunks) * sizeof(ChunkHead);
-  const size_t cand_b = static_cast<size_t>(R * chunks * n) * sizeof(float);
+  const size_t cand_b = static_cast<size_t>(R * chunks * n) * sizeof(uint32_t);
   Scratch scratch(heads_b + 2 * cand_b);
   std::unique_ptr<Scratch> temps;
   SummaryArgs s{};
@@ -475,7 +471,7 @@ void logits_summary(const Tensor& logits, const std::vector<float>& temperature,
   s.k = static_cast<int>(k);
   s.chunks = static_cast<int>(chunks);
   s.heads = scratch.as<ChunkHead>();
-  s.cval = reinterpret_cast<float*>(scratch.as<char>() + heads_b);
+  s.ckey = reinterpret_cast<uint32_t*>(scratch.as<char>() + heads_b);
   s.cid = reinterpret_cast<int32_t*>(scratch.as<char>() + heads_b + cand_b);
   s.counters = mm::finish_counters(static_cast<size_t>(R));
   s.out = out.ptr<int32_t>();

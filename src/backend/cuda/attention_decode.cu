@@ -237,6 +237,10 @@ __global__ void __launch_bounds__(DecodeShape<HD>::kThreads, 1) decode_mma_kerne
   // Thread (w, h) of the first 32: warp w's scale of head h, expf(max - M) (a warp without keys:
   // max -inf, 0), over its own max; the split's max and sum of head h by thread (0, h).
   float* scales = sm + S::kWarps * S::kMerge;  // [kWarps][8]
+  // Head h's partial of this split at base + h * head_pitch (HD outputs, the max, the sum).
+  const int64_t head_pitch = p.max_splits * (HD + 2);
+  float* base = p.partial +
+                (((tok - p.t_begin) * p.heads + kvh * p.group) * p.max_splits + split) * (HD + 2);
   if (threadIdx.x < 32) {
     const int w = threadIdx.x / 8, h = threadIdx.x % 8;
     float M = -INFINITY;
@@ -249,16 +253,12 @@ __global__ void __launch_bounds__(DecodeShape<HD>::kThreads, 1) decode_mma_kerne
       for (int v = 0; v < S::kWarps; ++v) {
         L = fmaf(sm[v * S::kMerge + 8 + h], expf(sm[v * S::kMerge + h] - M), L);
       }
-      float* out = p.partial +
-                   (((tok - p.t_begin) * p.heads + kvh * p.group + h) * p.max_splits + split) *
-                       (HD + 2);
+      float* out = base + h * head_pitch;
       out[HD] = M;
       out[HD + 1] = L;
     }
   }
   __syncthreads();
-  float* base = p.partial +
-                (((tok - p.t_begin) * p.heads + kvh * p.group) * p.max_splits + split) * (HD + 2);
   for (int idx = threadIdx.x; idx < p.group * HD; idx += S::kThreads) {
     const int h = idx / HD, d = idx % HD;
     float o = 0.0f;
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(DecodeShape<HD>::kThreads, 1) decode_mma_kerne
     for (int w = 0; w < S::kWarps; ++w) {
       o = fmaf(sm[w * S::kMerge + 16 + h * S::kOPitch + d], scales[w * 8 + h], o);
     }
-    base[static_cast<int64_t>(h) * p.max_splits * (HD + 2) + d] = o;
+    base[h * head_pitch + d] = o;
   }
 }
 
